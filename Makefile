@@ -1,0 +1,72 @@
+# loraplane — make targets. `make help` lists them.
+SHELL := /bin/bash
+PY := .venv/bin/python
+LP := .venv/bin/loraplane
+STAMP := .venv/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.DEFAULT_GOAL := help
+.PHONY: help install system-deps proto proto-check migrate run status stop test test-unit bench bench-policy stack-up stack-down lint typecheck demo clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  make %-13s %s\n", $$1, $$2}'
+
+install: $(STAMP) ## install everything missing: apt packages (Prometheus, PostgreSQL) and the venv in .venv/
+
+$(STAMP): pyproject.toml requirements.lock scripts/install.sh
+	@bash scripts/install.sh
+	@touch $(STAMP)
+
+system-deps: ## install the apt packages the local stack needs (Prometheus, PostgreSQL) when missing
+	@bash scripts/install.sh --system-only
+
+proto: install ## regenerate the protobuf / gRPC code in services/v1 from proto/
+	$(PY) scripts/gen_proto.py
+
+proto-check: install ## fail when services/v1 is stale
+	$(PY) scripts/gen_proto.py --check
+
+migrate: install ## apply database migrations to the running `make run` stack (dbmate)
+	$(LP) db migrate
+
+run: install ## start the whole platform on the embedded stack and keep serving (Ctrl-C stops everything)
+	$(LP) run
+
+status: install ## exit 0 only when every component of the running stack is healthy
+	@$(LP) status
+
+stop: install ## stop a `make run` stack left behind (normally Ctrl-C does it)
+	$(LP) stack down
+
+stack-up: install ## start only the embedded stack (Tansu, SeaweedFS, PostgreSQL, Prometheus)
+	$(LP) stack up
+
+stack-down: install ## stop the embedded stack
+	$(LP) stack down
+
+demo: install ## build the tiny base model and the signed demo adapters (cached in .loraplane/models)
+	$(LP) demo build
+
+test: install ## install what is missing, start the test stack once, run the whole suite, stop the stack
+	@set -o pipefail; rc=0; $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
+	  $(LP) stack down --profile test >/dev/null 2>&1 || true; exit $$rc
+
+test-unit: install ## unit tests only (no stack, no engine)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: install bench-policy ## every benchmark (ratios measured side by side in one run)
+
+bench-policy: install ## cache policies on the reference traces: table + .loraplane/bench/policy.json
+	$(PY) -m loraplane.sim.bench
+
+lint: install ## ruff
+	$(PY) -m ruff check services tests scripts
+
+typecheck: install ## mypy --strict on the pure core (policy, shared)
+	$(PY) -m mypy --strict services/policy
+
+clean: ## remove local state (.loraplane/) — stops the stacks first
+	-$(LP) stack down --profile run
+	-$(LP) stack down --profile test
+	rm -rf .loraplane

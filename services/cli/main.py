@@ -1,0 +1,32 @@
+"""The ``loraplane`` command: operator and CI entry point.
+
+Each sub-command lives in its own module next to the code it drives; this file
+only assembles them. Connection settings and credentials come from
+``LORAPLANE_*`` environment variables (``set -a; . .loraplane/demo.env``).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from loraplane.cli.db import app as db_app
+from loraplane.devkit.cli import app as demo_app
+from loraplane.stack.cli import app as stack_app
+
+app = typer.Typer(
+    name="loraplane",
+    help="loraplane: serve hundreds of LoRA adapters for many tenants on shared base models.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(stack_app, name="stack")
+app.add_typer(demo_app, name="demo")
+app.add_typer(db_app, name="db")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""``loraplane stack up|down|status``: the embedded local stack (no Docker)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from loraplane.stack.settings import Profile, StackSettings
+from loraplane.stack.stack import Stack, StackError
+
+app = typer.Typer(help="Embedded local stack: Tansu (Kafka), SeaweedFS (S3), PostgreSQL, Prometheus.",
+                  no_args_is_help=True)
+
+ProfileOpt = typer.Option("run", "--profile", help="run (make run) or test (make test)")
+
+
+def _stack(profile: str) -> Stack:
+    if profile not in ("run", "test"):
+        raise typer.BadParameter("profile must be run or test")
+    p: Profile = "run" if profile == "run" else "test"
+    return Stack(StackSettings(profile=p))
+
+
+@app.command()
+def up(profile: str = ProfileOpt) -> None:
+    """Start every component and wait until each is healthy."""
+    stack = _stack(profile)
+    try:
+        timings = stack.up(echo=True)
+    except StackError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"stack up ({profile}) in {sum(timings.values()):.1f}s, data in {stack.settings.root}")
+
+
+@app.command()
+def down(profile: str = ProfileOpt) -> None:
+    """Stop every component the stack started."""
+    try:
+        _stack(profile).down()
+    except StackError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"stack down ({profile})")
+
+
+@app.command()
+def status(profile: str = ProfileOpt, as_json: bool = typer.Option(False, "--json")) -> None:
+    """One line per component; exit 0 only when all are healthy."""
+    health = _stack(profile).status()
+    if as_json:
+        typer.echo(json.dumps([h.__dict__ for h in health]))
+    else:
+        for h in health:
+            typer.echo(f"{'ok  ' if h.healthy else 'DOWN'} {h.component:<11} {h.detail}")
+    if not all(h.healthy for h in health):
+        raise typer.Exit(1)
+
+
+@app.command()
+def env(profile: str = ProfileOpt) -> None:
+    """Print the LORAPLANE_* variables that point clients at this stack."""
+    for k, v in _stack(profile).settings.client_env().items():
+        typer.echo(f"{k}={v}")

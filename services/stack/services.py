@@ -1,0 +1,63 @@
+"""The table of loraplane services: module to run and pinned ports per profile.
+
+One table feeds the ``make run`` supervisor (what to start and with which
+environment), Prometheus (what to scrape) and the docker-compose test (which
+ports and variables each service uses).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+
+from loraplane.stack.settings import StackSettings
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One service process."""
+
+    name: str
+    """Service name (also the Prometheus job and compose service name)."""
+    module: str
+    """Python module run with ``python -m``; a service exists once this module does."""
+    port_offsets: dict[str, int] = field(default_factory=dict)
+    """Env var suffix (e.g. ``GRPC_PORT``) -> offset from the stack's port base."""
+    metrics_offset: int = 0
+
+    def env_prefix(self) -> str:
+        return f"LORAPLANE_{self.name.upper().replace('-', '_')}_"
+
+    def ports(self, s: StackSettings) -> dict[str, int]:
+        assert s.port_base is not None
+        out = {k: s.port_base + v for k, v in self.port_offsets.items()}
+        out["METRICS_PORT"] = s.port_base + self.metrics_offset
+        return out
+
+    def env(self, s: StackSettings) -> dict[str, str]:
+        return {self.env_prefix() + k: str(v) for k, v in self.ports(s).items()}
+
+    def exists(self) -> bool:
+        try:
+            return importlib.util.find_spec(self.module) is not None
+        except ModuleNotFoundError:
+            return False
+
+
+SERVICES: tuple[ServiceSpec, ...] = (
+    ServiceSpec("registry", "loraplane.registry.__main__", {"GRPC_PORT": 51}, 61),
+    ServiceSpec("admission", "loraplane.admission.__main__", {}, 62),
+    ServiceSpec("cache-manager", "loraplane.cache_manager.__main__", {"GRPC_PORT": 53}, 63),
+    ServiceSpec("worker", "loraplane.worker.__main__", {"GRPC_PORT": 54}, 64),
+    ServiceSpec("gateway", "loraplane.gateway.__main__", {"GRPC_PORT": 55, "HTTP_PORT": 56}, 65),
+)
+
+
+def existing_services() -> list[ServiceSpec]:
+    """Services whose entry module exists in this checkout."""
+    return [svc for svc in SERVICES if svc.exists()]
+
+
+def scrape_targets(s: StackSettings) -> dict[str, list[int]]:
+    """Prometheus job -> metrics ports for every existing service."""
+    return {svc.name: [svc.ports(s)["METRICS_PORT"]] for svc in existing_services()}

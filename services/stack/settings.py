@@ -1,0 +1,141 @@
+"""Settings of the embedded local stack (no Docker).
+
+Two profiles share one code path: ``run`` (what ``make run`` serves) and
+``test`` (what ``make test`` starts), each with its own ports and data
+directory so that both can run at once. Every port is pinned and can be
+overridden with ``LORAPLANE_STACK_<NAME>`` environment variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Profile = Literal["run", "test"]
+
+#: Port base per profile; component ports are offsets from it unless set explicitly.
+PORT_BASES: dict[str, int] = {"run": 19000, "test": 29000}
+
+#: Offsets from the port base (kept in one table so collisions are visible).
+PORT_OFFSETS: dict[str, int] = {
+    "postgres_port": 1,
+    "kafka_port": 2,
+    "s3_port": 3,
+    "prometheus_port": 4,
+    "supervisor_metrics_port": 5,
+    "seaweed_master_port": 10,
+    "seaweed_master_grpc_port": 11,
+    "seaweed_volume_port": 12,
+    "seaweed_volume_grpc_port": 13,
+    "seaweed_filer_port": 14,
+    "seaweed_filer_grpc_port": 15,
+    "seaweed_s3_grpc_port": 16,
+    "seaweed_admin_port": 17,
+    "seaweed_admin_grpc_port": 18,
+}
+
+
+def repo_root() -> Path:
+    """The repository root (the parent of ``services/``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+class StackSettings(BaseSettings):
+    """Where the local stack lives and which ports it binds (all on 127.0.0.1)."""
+
+    model_config = SettingsConfigDict(env_prefix="LORAPLANE_STACK_", extra="ignore")
+
+    profile: Profile = "run"
+    """``run`` for ``make run``, ``test`` for the test session."""
+
+    data_dir: Path | None = None
+    """Data and logs of every component; default ``.loraplane/<profile>-stack``."""
+
+    port_base: int | None = None
+    """Base of the pinned port block; default 19000 (run) / 29000 (test)."""
+
+    postgres_port: int = 0
+    kafka_port: int = 0
+    s3_port: int = 0
+    prometheus_port: int = 0
+    supervisor_metrics_port: int = 0
+    """The supervisor's own ``/metrics`` (component health), scraped by Prometheus."""
+    seaweed_master_port: int = 0
+    seaweed_master_grpc_port: int = 0
+    seaweed_volume_port: int = 0
+    seaweed_volume_grpc_port: int = 0
+    seaweed_filer_port: int = 0
+    seaweed_filer_grpc_port: int = 0
+    seaweed_s3_grpc_port: int = 0
+    seaweed_admin_port: int = 0
+    seaweed_admin_grpc_port: int = 0
+
+    postgres_user: str = "loraplane"
+    postgres_password: str = "loraplane-dev"
+    postgres_db: str = "loraplane"
+
+    s3_access_key: str = "loraplane"
+    s3_secret_key: str = "loraplane-dev-secret"
+    artifact_bucket: str = "loraplane-artifacts"
+    """The allow-listed bucket where every adapter version lives (cold tier)."""
+    kafka_bucket: str = "tansu"
+    """Bucket holding Tansu's durable topic storage."""
+
+    prometheus_scrape_interval: str = "5s"
+    start_timeout_s: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _derive(self) -> StackSettings:
+        if self.port_base is None:
+            self.port_base = PORT_BASES[self.profile]
+        for name, offset in PORT_OFFSETS.items():
+            if not getattr(self, name):
+                setattr(self, name, self.port_base + offset)
+        if self.data_dir is None:
+            self.data_dir = repo_root() / ".loraplane" / f"{self.profile}-stack"
+        ports = {name: getattr(self, name) for name in PORT_OFFSETS}
+        seen: dict[int, str] = {}
+        for name, port in ports.items():
+            if port in seen:
+                raise ValueError(f"port {port} is used twice: {seen[port]} and {name}")
+            seen[port] = name
+        return self
+
+    @property
+    def root(self) -> Path:
+        assert self.data_dir is not None
+        return self.data_dir
+
+    @property
+    def postgres_dsn(self) -> str:
+        return (
+            f"postgresql://{self.postgres_user}:{self.postgres_password}"
+            f"@127.0.0.1:{self.postgres_port}/{self.postgres_db}"
+        )
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"127.0.0.1:{self.s3_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}"
+
+    def client_env(self) -> dict[str, str]:
+        """``LORAPLANE_*`` variables that point every service and the CLI at this stack."""
+        return {
+            "LORAPLANE_POSTGRES_DSN": self.postgres_dsn,
+            "LORAPLANE_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "LORAPLANE_S3_ENDPOINT": self.s3_endpoint,
+            "LORAPLANE_S3_ACCESS_KEY": self.s3_access_key,
+            "LORAPLANE_S3_SECRET_KEY": self.s3_secret_key,
+            "LORAPLANE_ARTIFACT_BUCKET": self.artifact_bucket,
+            "LORAPLANE_PROMETHEUS_URL": self.prometheus_url,
+        }

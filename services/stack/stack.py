@@ -1,0 +1,70 @@
+"""Bring the whole embedded stack up or down, in dependency order."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from loraplane.stack.components import (
+    Component,
+    Health,
+    Postgres,
+    Prometheus,
+    SeaweedFS,
+    StackError,
+    Tansu,
+)
+from loraplane.stack.services import scrape_targets
+from loraplane.stack.settings import StackSettings
+
+__all__ = ["Stack", "StackError"]
+
+
+@dataclass
+class Stack:
+    """SeaweedFS (S3) first, then Tansu (stores its log in S3), PostgreSQL, Prometheus."""
+
+    settings: StackSettings
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.seaweedfs = SeaweedFS(s)
+        self.tansu = Tansu(s)
+        self.postgres = Postgres(s)
+        self.prometheus = Prometheus(s, scrape_targets(s))
+
+    @property
+    def components(self) -> list[Component]:
+        return [self.seaweedfs, self.tansu, self.postgres, self.prometheus]
+
+    def up(self, echo: bool = False) -> dict[str, float]:
+        """Start every component (idempotent); returns seconds per component."""
+        timings: dict[str, float] = {}
+        started: list[Component] = []
+        try:
+            for comp in self.components:
+                t0 = time.monotonic()
+                comp.start()
+                started.append(comp)
+                timings[comp.name] = time.monotonic() - t0
+                if echo:
+                    print(f"  {comp.name:<11} up in {timings[comp.name]:.1f}s", flush=True)
+        except Exception:
+            for comp in reversed(started):
+                comp.stop()
+            raise
+        return timings
+
+    def down(self) -> None:
+        """Stop every component, reverse order."""
+        errors: list[str] = []
+        for comp in reversed(self.components):
+            try:
+                comp.stop()
+            except Exception as exc:  # noqa: BLE001 - keep stopping the rest
+                errors.append(f"{comp.name}: {exc}")
+        if errors:
+            raise StackError("; ".join(errors))
+
+    def status(self) -> list[Health]:
+        return [comp.health() for comp in self.components]

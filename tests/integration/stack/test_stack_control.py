@@ -1,0 +1,41 @@
+"""Stack control: health per component, clear errors for taken ports and missing binaries."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from loraplane.stack.components import Prometheus, SeaweedFS, StackError
+from loraplane.stack.settings import StackSettings
+from loraplane.stack.stack import Stack
+
+
+def test_status_reports_every_component_healthy(stack: Stack) -> None:
+    health = stack.status()
+    assert [h.component for h in health] == ["seaweedfs", "tansu", "postgres", "prometheus"]
+    assert all(h.healthy for h in health), health
+
+
+def test_taken_port_names_the_component(tmp_path: Path) -> None:
+    s = StackSettings(profile="test", port_base=39500, data_dir=tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", s.s3_port))
+        sock.listen(1)
+        with pytest.raises(StackError, match=r"seaweedfs: port 39503 \(s3_port\) is already taken"):
+            SeaweedFS(s).start()
+
+
+def test_missing_binary_names_the_component(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = StackSettings(profile="test", port_base=39600, data_dir=tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    comp = Prometheus(s)
+    monkeypatch.setattr(comp, "command", lambda: [str(tmp_path / "no-such-prometheus")])
+    with pytest.raises(StackError, match="prometheus: binary .*no-such-prometheus not found"):
+        comp.start()
+
+
+def test_duplicate_ports_are_refused() -> None:
+    with pytest.raises(ValueError, match="used twice"):
+        StackSettings(profile="test", kafka_port=29001)
