@@ -44,9 +44,8 @@ def generate(dest: Path, proto_root: Path = PROTO_ROOT) -> None:
 
     Raises ``RuntimeError`` (with protoc's exit code) when compilation fails.
     """
-    from grpc_tools import protoc  # imported lazily: only this script needs it
-
     import grpc_tools
+    from grpc_tools import protoc  # imported lazily: only this script needs it
 
     well_known = Path(grpc_tools.__file__).resolve().parent / "_proto"
     files = proto_files(proto_root)
