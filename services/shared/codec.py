@@ -17,7 +17,7 @@ Bare aiokafka::
     await producer.send_and_wait(topic, value, key=key_for(topic, msg),
                                  headers=kafka_headers(headers))
     ...
-    event = decode(record.topic, record.value, record.headers)
+    event = decode_record(record)  # = decode(record.topic, record.value, record.headers)
 
 FastStream 0.7.8 (``faststream.kafka``)::
 
@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
+from loraplane.shared.errors import InvalidArgument
 from loraplane.shared.topics import event_meta, topic_spec
 
 CONTENT_TYPE = "application/x-protobuf"
@@ -57,11 +58,10 @@ RawHeaders = Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]
 """Headers as FastStream (dict of str) or aiokafka (list of (str, bytes)) give them."""
 
 
-class CodecError(ValueError):
+class CodecError(InvalidArgument, ValueError):
     """A record cannot be turned into the expected message. Not retriable: the same bytes
     will fail the same way, so consumers should log, skip (ack) and count it."""
 
-    retriable = False
     reason = "codec_error"
 
 
@@ -145,6 +145,32 @@ def decode_as(message_type: type[M], value: bytes | None, headers: RawHeaders | 
 def decode(topic: str, value: bytes | None, headers: RawHeaders | None) -> Message:
     """Parse a record of ``topic`` into the topic's message type (see :func:`decode_as`)."""
     return decode_as(topic_spec(topic).message_type, value, headers)
+
+
+class _RecordLike(Protocol):
+    """What :func:`decode_record` reads from an aiokafka ``ConsumerRecord``."""
+
+    @property
+    def topic(self) -> str:
+        """Topic the record came from."""
+
+    @property
+    def value(self) -> bytes | None:
+        """Record body."""
+
+    @property
+    def headers(self) -> Any:
+        """Record headers, a sequence of ``(str, bytes)``."""
+
+
+def decode_record(record: _RecordLike) -> Message:
+    """Decode an aiokafka ``ConsumerRecord`` into its topic's message type."""
+    return decode(record.topic, record.value, record.headers)
+
+
+def header_event_id(headers: RawHeaders | None) -> str | None:
+    """The ``x-event-id`` header, for deduplication before parsing (``None`` if absent)."""
+    return normalize_headers(headers).get(HEADER_EVENT_ID)
 
 
 class _StreamMessageLike(Protocol):

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 
 from google.protobuf.message import Message
+from loraplane.shared.errors import InvalidArgument
 from loraplane.v1 import common_pb2, events_pb2
 
 ADAPTER_RELEASES = "adapter.releases"
@@ -47,10 +48,8 @@ Clock = Callable[[], datetime]
 """Returns the current time as a timezone-aware datetime."""
 
 
-class TopicError(ValueError):
+class TopicError(InvalidArgument, ValueError):
     """A topic name or a message does not fit the topic table. Not retriable."""
-
-    retriable = False
 
 
 class UnknownTopicError(TopicError):

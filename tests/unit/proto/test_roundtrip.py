@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import grpc
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, OneofDescriptor
 from google.protobuf.message import Message
@@ -205,6 +206,7 @@ def test_decode_refuses_wrong_proto_type(filled: Callable[..., Message]) -> None
         codec.decode_as(events_pb2.CacheCommand, body, headers)
     assert "expected 'loraplane.v1.CacheCommand'" in str(info.value)
     assert info.value.retriable is False
+    assert info.value.grpc_code == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_decode_refuses_missing_type_header(filled: Callable[..., Message]) -> None:
@@ -237,3 +239,20 @@ def test_encode_without_envelope_has_no_event_id() -> None:
     assert codec.HEADER_EVENT_ID not in headers
     with pytest.raises(TypeError):
         codec.encode({"not": "a message"})  # type: ignore[arg-type]
+
+
+def test_decode_record_and_event_id_header(filled: Callable[..., Message]) -> None:
+    """The aiokafka path: a ConsumerRecord-shaped object with list-of-bytes headers."""
+    from aiokafka.structs import ConsumerRecord
+
+    msg = filled(events_pb2.HeatBatch)
+    body, headers = codec.encode(msg)
+    record = ConsumerRecord(
+        topic=topics.ADAPTER_HEAT, partition=0, offset=5, timestamp=0, timestamp_type=0,
+        key=topics.key_for(topics.ADAPTER_HEAT, msg), value=body, checksum=None,
+        serialized_key_size=0, serialized_value_size=len(body),
+        headers=tuple(codec.kafka_headers(headers)),
+    )  # fmt: skip
+    assert codec.decode_record(record) == msg
+    assert codec.header_event_id(record.headers) == msg.meta.event_id
+    assert codec.header_event_id({}) is None
