@@ -10,6 +10,8 @@ from __future__ import annotations
 import typer
 
 from loraplane.cli.db import app as db_app
+from loraplane.cli.run import run as run_cmd
+from loraplane.cli.run import status as status_cmd
 from loraplane.devkit.cli import app as demo_app
 from loraplane.stack.cli import app as stack_app
 
@@ -22,6 +24,8 @@ app = typer.Typer(
 app.add_typer(stack_app, name="stack")
 app.add_typer(demo_app, name="demo")
 app.add_typer(db_app, name="db")
+app.command("run")(run_cmd)
+app.command("status")(status_cmd)
 
 
 def main() -> None:

@@ -7,13 +7,16 @@ report health, and stop cleanly. Errors name the component.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -85,6 +88,7 @@ class Component:
         self.dir = settings.root / self.name
         self.log = settings.root / "logs" / f"{self.name}.log"
         self.pidfile = settings.root / "run" / f"{self.name}.pid"
+        self._proc: subprocess.Popen[bytes] | None = None
 
     # -- to implement --------------------------------------------------------
     def ports(self) -> dict[str, int]:
@@ -143,6 +147,7 @@ class Component:
                 cwd=self.dir,
                 start_new_session=True,
             )
+        self._proc = proc
         self.pidfile.write_text(str(proc.pid))
         try:
             wait_for(self.healthy, self.s.start_timeout_s, self.name, self.log)
@@ -169,7 +174,16 @@ class Component:
             except ProcessLookupError:
                 pass
             time.sleep(0.2)
+        self._reap()
         self.pidfile.unlink(missing_ok=True)
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            self._proc = None
 
     def kill(self) -> None:
         """SIGKILL the process group (failure tests)."""
@@ -179,6 +193,7 @@ class Component:
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and _pid_alive(pid):
                 time.sleep(0.05)
+            self._reap()
 
     def health(self) -> Health:
         pid = self.pid()
@@ -353,6 +368,16 @@ def kafka_api_versions_ok(port: int, timeout: float = 1.0) -> bool:
         return correlation_id == 1 and error_code == 0
 
 
+def _traversable_by_others(path: Path) -> bool:
+    """True when every existing ancestor of ``path`` lets other users traverse it."""
+    p = path.resolve()
+    for part in [p, *p.parents]:
+        if part.exists():
+            if not part.stat().st_mode & stat.S_IXOTH:
+                return False
+    return True
+
+
 def _pg_bindir() -> Path | None:
     env = os.environ.get("LORAPLANE_PG_BINDIR")
     if env:
@@ -373,6 +398,16 @@ class Postgres(Component):
     """A private PostgreSQL cluster from the machine's binaries (run as ``postgres`` when root)."""
 
     name = "postgres"
+
+    def __init__(self, settings: StackSettings) -> None:
+        super().__init__(settings)
+        self._outside_root = False
+        if os.geteuid() == 0 and not _traversable_by_others(settings.root):
+            self._outside_root = True
+            # The server runs as `postgres`, which cannot reach a data directory below a
+            # root-only folder (e.g. a clone under /root or pytest's tmp): use /tmp instead.
+            digest = hashlib.sha256(str(settings.root).encode()).hexdigest()[:12]
+            self.dir = Path(tempfile.gettempdir()) / f"loraplane-pg-{digest}" / "postgres"
 
     def ports(self) -> dict[str, int]:
         return {"postgres_port": self.s.postgres_port}
@@ -395,7 +430,8 @@ class Postgres(Component):
 
     def prepare(self) -> None:
         if os.geteuid() == 0:
-            shutil.chown(self.dir, "postgres", "postgres")
+            for d in (self.dir.parent, self.dir) if self._outside_root else (self.dir,):
+                shutil.chown(d, "postgres", "postgres")
         if (self.datadir / "PG_VERSION").exists():
             return
         pwfile = self.dir / "pwfile"

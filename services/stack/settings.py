@@ -84,6 +84,9 @@ class StackSettings(BaseSettings):
     kafka_bucket: str = "tansu"
     """Bucket holding Tansu's durable topic storage."""
 
+    demo_env_file: Path | None = None
+    """Where ``make run`` writes the demo environment; default ``.loraplane/demo.env``."""
+
     prometheus_scrape_interval: str = "5s"
     start_timeout_s: float = Field(default=60.0, gt=0)
 
@@ -96,6 +99,8 @@ class StackSettings(BaseSettings):
                 setattr(self, name, self.port_base + offset)
         if self.data_dir is None:
             self.data_dir = repo_root() / ".loraplane" / f"{self.profile}-stack"
+        if self.demo_env_file is None:
+            self.demo_env_file = repo_root() / ".loraplane" / "demo.env"
         ports = {name: getattr(self, name) for name in PORT_OFFSETS}
         seen: dict[int, str] = {}
         for name, port in ports.items():

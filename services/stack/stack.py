@@ -56,8 +56,9 @@ class Stack:
         return timings
 
     def down(self) -> None:
-        """Stop every component, reverse order."""
+        """Stop every component, reverse order (services left behind by a killed supervisor first)."""
         errors: list[str] = []
+        self._stop_orphan_services()
         for comp in reversed(self.components):
             try:
                 comp.stop()
@@ -65,6 +66,14 @@ class Stack:
                 errors.append(f"{comp.name}: {exc}")
         if errors:
             raise StackError("; ".join(errors))
+
+    def _stop_orphan_services(self) -> None:
+        run_dir = self.settings.root / "run"
+        for pidfile in sorted(run_dir.glob("svc-*.pid")) if run_dir.is_dir() else []:
+            orphan = Component(self.settings)
+            orphan.name = pidfile.stem
+            orphan.pidfile = pidfile
+            orphan.stop()
 
     def status(self) -> list[Health]:
         return [comp.health() for comp in self.components]

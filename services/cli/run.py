@@ -1,0 +1,29 @@
+"""``loraplane run`` and ``loraplane status``: the whole platform on the embedded stack."""
+
+from __future__ import annotations
+
+import typer
+
+from loraplane.stack.settings import StackSettings
+from loraplane.stack.supervisor import Supervisor, full_status, run_foreground
+
+
+def _seed(sup: Supervisor) -> dict[str, str]:
+    from loraplane.stack.seed import seed_models
+
+    return seed_models(sup.echo)
+
+
+def run() -> None:
+    """Start the stack and every service, seed the demo, serve until Ctrl-C / SIGTERM."""
+    raise typer.Exit(run_foreground(_seed))
+
+
+def status(profile: str = typer.Option("run", "--profile")) -> None:
+    """One line per component and service; exit 0 only when every one is healthy."""
+    s = StackSettings(profile="test" if profile == "test" else "run")
+    health = full_status(s)
+    for h in health:
+        typer.echo(f"{'ok  ' if h.healthy else 'DOWN'} {h.component:<18} {h.detail}")
+    if not all(h.healthy for h in health):
+        raise typer.Exit(1)
