@@ -39,6 +39,7 @@ def stack(stack_settings: StackSettings) -> Iterator[Stack]:
     st = Stack(stack_settings)
     st.down()
     shutil.rmtree(stack_settings.root, ignore_errors=True)
+    shutil.rmtree(st.postgres.dir, ignore_errors=True)
     st.up()
     from loraplane.shared.migrations import migrate_up
 
