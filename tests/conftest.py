@@ -44,6 +44,11 @@ def stack(stack_settings: StackSettings) -> Iterator[Stack]:
     from loraplane.shared.migrations import migrate_up
 
     migrate_up(stack_settings.postgres_dsn)
+    import asyncio
+
+    from loraplane.shared.kafka_admin import ensure_topics
+
+    asyncio.run(ensure_topics(stack_settings.kafka_bootstrap))
     try:
         yield st
     finally:

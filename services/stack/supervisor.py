@@ -118,6 +118,12 @@ class Supervisor:
 
         migrate_up(self.s.postgres_dsn)
         self.echo("  migrations  applied")
+        import asyncio
+
+        from loraplane.shared.kafka_admin import ensure_topics
+
+        created = asyncio.run(ensure_topics(self.s.kafka_bootstrap))
+        self.echo(f"  topics      ready ({len(created)} created)")
         start_http_server(self.s.supervisor_metrics_port, addr="127.0.0.1", registry=self.registry)
         for spec in existing_services():
             proc = ServiceProcess(self.s, spec, self.env)

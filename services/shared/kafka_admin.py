@@ -1,0 +1,28 @@
+"""Create loraplane's topics with their partition counts (idempotent)."""
+
+from __future__ import annotations
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from loraplane.shared.topics import TOPICS
+
+
+async def ensure_topics(bootstrap: str) -> list[str]:
+    """Create every topic of :data:`TOPICS` that is missing; returns the ones created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [spec for name, spec in TOPICS.items() if name not in existing]
+        created: list[str] = []
+        for spec in missing:
+            try:
+                await admin.create_topics([NewTopic(spec.name, num_partitions=spec.partitions,
+                                                    replication_factor=1)])
+                created.append(spec.name)
+            except TopicAlreadyExistsError:
+                pass
+        return created
+    finally:
+        await admin.close()
