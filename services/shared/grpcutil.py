@@ -1,0 +1,295 @@
+"""gRPC server plumbing shared by every service (``grpc.aio``).
+
+:func:`build_server` returns an asyncio server with
+
+* :class:`ServiceInterceptor` (outermost): maps :class:`~loraplane.shared.errors.LoraplaneError`
+  subclasses to their status code and message (``retry-after-ms`` trailing metadata when
+  the error carries ``retry_after_s``), turns any other exception into INTERNAL with a
+  generic message (logged with its traceback), and records per-RPC metrics
+  (:class:`~loraplane.shared.metrics.RpcMetrics`);
+* the caller's interceptors (e.g. :class:`MetadataAuthInterceptor`), inside it, so the
+  errors they raise are mapped too;
+* the standard health service (``grpc.health.v1.Health``; every registered service is
+  SERVING once started, NOT_SERVING from :meth:`GrpcServer.stop` on);
+* server reflection (``grpcurl`` / ``grpc_cli`` work without proto files).
+
+Example::
+
+    server = build_server(
+        [Service(registry_pb2_grpc.add_RegistryAdminServicer_to_server, servicer,
+                 "loraplane.v1.RegistryAdmin")],
+        port=settings.registry_grpc_port,
+        interceptors=[MetadataAuthInterceptor(check_token, applies_to=is_admin_method)],
+    )
+    await server.start()
+    ...
+    await server.stop(grace_s=5)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from loraplane.shared.errors import LoraplaneError
+from loraplane.shared.metrics import RpcMetrics
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_METADATA = "retry-after-ms"
+"""Trailing metadata key carrying a retry hint in milliseconds."""
+
+Metadata = Sequence[tuple[str, str | bytes]]
+AuthCheck = Callable[[Metadata, str], None]
+"""``check(invocation_metadata, full_method)``: returns, or raises a LoraplaneError."""
+
+
+# --------------------------------------------------------------------------- wrapping
+
+
+def _rewrap(
+    handler: grpc.RpcMethodHandler,
+    unary: Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]],
+    streaming: Callable[[Callable[..., AsyncIterator[Any]]], Callable[..., AsyncIterator[Any]]],
+) -> grpc.RpcMethodHandler:
+    """A copy of ``handler`` whose behaviour is wrapped (unary or streaming response)."""
+    ser = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **ser)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **ser)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **ser)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **ser)
+    return handler
+
+
+async def _abort_for(context: grpc.aio.ServicerContext, exc: LoraplaneError) -> None:
+    if exc.retry_after_s is not None:
+        context.set_trailing_metadata(
+            ((RETRY_AFTER_METADATA, str(int(exc.retry_after_s * 1000))),)
+        )
+    await context.abort(exc.grpc_code, exc.message)
+
+
+def _code_name(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> str:
+    code = context.code() if hasattr(context, "code") else None
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    if isinstance(code, int):  # some grpc versions return the raw integer
+        for status in grpc.StatusCode:
+            if status.value[0] == code:
+                return status.name
+    return default.name
+
+
+class ServiceInterceptor(grpc.aio.ServerInterceptor):
+    """Classified errors → status codes, unexpected errors → INTERNAL, per-RPC metrics."""
+
+    def __init__(self, metrics: RpcMetrics | None = None) -> None:
+        """``metrics``: where to record calls (``None``: the default registry's)."""
+        self.metrics = metrics or RpcMetrics.for_registry()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        metrics = self.metrics
+
+        def unary(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                started = time.perf_counter()
+                code = grpc.StatusCode.OK.name
+                try:
+                    return await inner(request, context)
+                except LoraplaneError as exc:
+                    code = exc.grpc_code.name
+                    await _abort_for(context, exc)
+                except grpc.aio.AbortError:
+                    code = _code_name(context, grpc.StatusCode.UNKNOWN)
+                    raise
+                except Exception:
+                    code = grpc.StatusCode.INTERNAL.name
+                    log.exception("unhandled error in %s", method)
+                    await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                finally:
+                    metrics.observe(method, code, time.perf_counter() - started)
+
+            return behaviour
+
+        def streaming(
+            inner: Callable[..., AsyncIterator[Any]],
+        ) -> Callable[..., AsyncIterator[Any]]:
+            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                started = time.perf_counter()
+                code = grpc.StatusCode.OK.name
+                try:
+                    async for item in inner(request, context):
+                        yield item
+                except LoraplaneError as exc:
+                    code = exc.grpc_code.name
+                    await _abort_for(context, exc)
+                except grpc.aio.AbortError:
+                    code = _code_name(context, grpc.StatusCode.UNKNOWN)
+                    raise
+                except Exception:
+                    code = grpc.StatusCode.INTERNAL.name
+                    log.exception("unhandled error in %s", method)
+                    await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                finally:
+                    metrics.observe(method, code, time.perf_counter() - started)
+
+            return behaviour
+
+        return _rewrap(handler, unary, streaming)
+
+
+class MetadataAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Runs ``check(metadata, method)`` before every call it ``applies_to``.
+
+    ``check`` raises a :class:`LoraplaneError` (``Unauthenticated``,
+    ``PermissionDenied``) to refuse; place this interceptor after
+    :class:`ServiceInterceptor` so the refusal becomes the right status. Health and
+    reflection calls are normally left out through ``applies_to``.
+    """
+
+    def __init__(self, check: AuthCheck, *, applies_to: Callable[[str], bool]) -> None:
+        """``check`` authenticates; ``applies_to(full_method)`` selects guarded methods."""
+        self.check = check
+        self.applies_to = applies_to
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or not self.applies_to(method):
+            return handler
+        check = self.check
+
+        def unary(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                check(tuple(context.invocation_metadata() or ()), method)
+                return await inner(request, context)
+
+            return behaviour
+
+        def streaming(
+            inner: Callable[..., AsyncIterator[Any]],
+        ) -> Callable[..., AsyncIterator[Any]]:
+            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                check(tuple(context.invocation_metadata() or ()), method)
+                async for item in inner(request, context):
+                    yield item
+
+            return behaviour
+
+        return _rewrap(handler, unary, streaming)
+
+
+def bearer_token(metadata: Metadata) -> str | None:
+    """The token of an ``authorization: Bearer <token>`` metadata entry, if any."""
+    for key, value in metadata:
+        if key.lower() != "authorization":
+            continue
+        text = value.decode() if isinstance(value, bytes) else value
+        scheme, _, token = text.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return None
+
+
+def metadata_value(metadata: Metadata, key: str) -> str | None:
+    """The first value of metadata ``key`` (case-insensitive), as text."""
+    for k, v in metadata:
+        if k.lower() == key.lower():
+            return v.decode() if isinstance(v, bytes) else v
+    return None
+
+
+# --------------------------------------------------------------------------- server
+
+
+@dataclass(frozen=True)
+class Service:
+    """One servicer to register: the generated ``add_*_to_server`` function, the
+    servicer instance and the full service name (for health and reflection)."""
+
+    add_to_server: Callable[[Any, grpc.aio.Server], None]
+    servicer: Any
+    name: str
+
+
+@dataclass
+class GrpcServer:
+    """A built server: start it, stop it gracefully; ``port`` is the bound port."""
+
+    server: grpc.aio.Server
+    port: int
+    health: HealthServicer
+    service_names: list[str] = field(default_factory=list)
+
+    async def start(self) -> None:
+        """Start serving and mark every service SERVING."""
+        await self.server.start()
+        for name in ["", *self.service_names]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Mark NOT_SERVING, refuse new calls, let running calls finish for ``grace_s``."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+    async def wait(self) -> None:
+        """Block until the server terminates."""
+        await self.server.wait_for_termination()
+
+
+def build_server(
+    services: Sequence[Service],
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    metrics: RpcMetrics | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> GrpcServer:
+    """Build (not start) an asyncio gRPC server on ``host:port`` (``port=0``: any free port).
+
+    Raises ``OSError`` if the port cannot be bound.
+    """
+    server = grpc.aio.server(
+        interceptors=[ServiceInterceptor(metrics), *interceptors],
+        options=list(options),
+    )
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    names = [s.name for s in services]
+    for svc in services:
+        svc.add_to_server(svc.servicer, server)
+    reflection.enable_server_reflection(
+        [*names, "grpc.health.v1.Health", reflection.SERVICE_NAME], server
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC server to {host}:{port}")
+    return GrpcServer(server=server, port=bound, health=health, service_names=names)
