@@ -1,0 +1,48 @@
+"""``python -m loraplane.registry``: run the registry until SIGTERM / SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from pydantic import ValidationError
+
+from loraplane.registry.app import RegistryApp
+from loraplane.registry.settings import RegistrySettings
+
+
+async def serve(settings: RegistrySettings) -> None:
+    """Start the registry, wait for a termination signal, stop gracefully."""
+    app = RegistryApp(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await app.start()
+    print(f"registry ready on {app.address}", flush=True)
+    await stop.wait()
+    logging.getLogger("loraplane.registry").info("signal received, shutting down")
+    await app.stop()
+
+
+def main() -> int:
+    """Entry point; exit 2 on a configuration error."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    try:
+        settings = RegistrySettings()
+        if not settings.registry_operator_token.get_secret_value():
+            raise ValueError("LORAPLANE_REGISTRY_OPERATOR_TOKEN must be set")
+    except (ValidationError, ValueError) as exc:
+        print(f"registry: configuration error: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

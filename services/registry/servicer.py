@@ -1,0 +1,200 @@
+"""gRPC servicer of ``loraplane.v1.RegistryAdmin``: one transaction per call.
+
+Authentication happens in the interceptor (:mod:`loraplane.registry.auth`); errors
+raised by the service layer are mapped to status codes by
+:class:`loraplane.shared.grpcutil.ServiceInterceptor`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC
+from typing import Any, TypeVar
+
+import asyncpg
+import grpc
+
+from loraplane.registry import audit, service
+from loraplane.registry.auth import actor_of
+from loraplane.registry.metrics import RegistryMetrics
+from loraplane.shared.db import transaction
+from loraplane.shared.topics import Clock, utc_now
+from loraplane.v1 import registry_pb2, registry_pb2_grpc
+
+T = TypeVar("T")
+
+
+class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
+    """RegistryAdmin over a connection pool."""
+
+    def __init__(
+        self,
+        *,
+        pool: asyncpg.Pool,
+        bucket: str,
+        producer: str,
+        metrics: RegistryMetrics | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
+        """``bucket``: the allow-listed artifact bucket; ``producer``: ``registry/<id>``."""
+        self.pool = pool
+        self.bucket = bucket
+        self.producer = producer
+        self.metrics = metrics or RegistryMetrics.for_registry()
+        self.clock = clock
+
+    def _ctx(self, context: grpc.aio.ServicerContext) -> service.Ctx:
+        actor = actor_of(tuple(context.invocation_metadata() or ()))
+        return service.Ctx(actor=actor, producer=self.producer, clock=self.clock)
+
+    async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        async with transaction(self.pool) as conn:
+            return await fn(conn)
+
+    async def _read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        async with transaction(self.pool, readonly=True) as conn:
+            return await fn(conn)
+
+    def _changed(self, action: str, tenant: str, base_model: str = "") -> None:
+        self.metrics.state_changes.labels(action, tenant, base_model).inc()
+
+    # ------------------------------------------------------------------ tenants
+
+    async def CreateTenant(self, request: Any, context: Any) -> registry_pb2.CreateTenantResponse:
+        ctx = self._ctx(context)
+        tenant = await self._tx(lambda c: service.create_tenant(
+            c, ctx, tenant_id=request.tenant_id, display_name=request.display_name,
+            default_priority=request.default_priority))
+        self._changed("tenant.create", tenant.tenant_id)
+        return registry_pb2.CreateTenantResponse(tenant=tenant)
+
+    async def GetTenant(self, request: Any, context: Any) -> registry_pb2.GetTenantResponse:
+        tenant = await self._read(lambda c: service.get_tenant(c, tenant_id=request.tenant_id))
+        return registry_pb2.GetTenantResponse(tenant=tenant)
+
+    async def ListTenants(self, request: Any, context: Any) -> registry_pb2.ListTenantsResponse:
+        tenants, token = await self._read(lambda c: service.list_tenants(
+            c, size=request.page_size, token=request.page_token))
+        return registry_pb2.ListTenantsResponse(tenants=tenants, next_page_token=token)
+
+    async def SetTenantPriority(
+        self, request: Any, context: Any
+    ) -> registry_pb2.SetTenantPriorityResponse:
+        ctx = self._ctx(context)
+        tenant = await self._tx(lambda c: service.set_tenant_priority(
+            c, ctx, tenant_id=request.tenant_id, priority=request.priority))
+        self._changed("tenant.set_priority", tenant.tenant_id)
+        return registry_pb2.SetTenantPriorityResponse(tenant=tenant)
+
+    # ------------------------------------------------------------------ keys
+
+    async def CreateApiKey(self, request: Any, context: Any) -> registry_pb2.CreateApiKeyResponse:
+        ctx = self._ctx(context)
+        info, secret = await self._tx(lambda c: service.create_api_key(
+            c, ctx, tenant_id=request.tenant_id, description=request.description))
+        self._changed("apikey.create", info.tenant_id)
+        return registry_pb2.CreateApiKeyResponse(key=info, secret=secret)
+
+    async def RevokeApiKey(self, request: Any, context: Any) -> registry_pb2.RevokeApiKeyResponse:
+        ctx = self._ctx(context)
+        info = await self._tx(lambda c: service.revoke_api_key(
+            c, ctx, tenant_id=request.tenant_id, key_id=request.key_id))
+        self._changed("apikey.revoke", info.tenant_id)
+        return registry_pb2.RevokeApiKeyResponse(key=info)
+
+    async def ListApiKeys(self, request: Any, context: Any) -> registry_pb2.ListApiKeysResponse:
+        keys = await self._read(lambda c: service.list_api_keys(
+            c, tenant_id=request.tenant_id, include_revoked=request.include_revoked))
+        return registry_pb2.ListApiKeysResponse(keys=keys)
+
+    # ------------------------------------------------------------------ versions
+
+    async def RequestUpload(
+        self, request: Any, context: Any
+    ) -> registry_pb2.RequestUploadResponse:
+        now = self.clock()
+        plan = await self._read(lambda c: service.request_upload(
+            c, bucket=self.bucket, tenant_id=request.tenant_id,
+            adapter_name=request.adapter_name, version=request.version,
+            base_model=request.base_model,
+            files=[(f.path, f.size_bytes, f.sha256) for f in request.files], now=now))
+        resp = registry_pb2.RequestUploadResponse(
+            bucket=plan.bucket, key_prefix=plan.key_prefix, artifact_uri=plan.artifact_uri,
+            targets=[registry_pb2.UploadTarget(path=p, key=k) for p, k in plan.targets],
+        )
+        resp.expires_at.FromDatetime(plan.expires_at)
+        return resp
+
+    async def RegisterVersion(
+        self, request: Any, context: Any
+    ) -> registry_pb2.RegisterVersionResponse:
+        ctx = self._ctx(context)
+        stored, created = await self._tx(lambda c: service.register_version(
+            c, ctx, record=request.version, bucket=self.bucket))
+        if created:
+            self.metrics.registrations.labels(stored.tenant_id, stored.base_model).inc()
+            self._changed("version.register", stored.tenant_id, stored.base_model)
+        return registry_pb2.RegisterVersionResponse(version=stored)
+
+    async def GetVersion(self, request: Any, context: Any) -> registry_pb2.GetVersionResponse:
+        version = await self._read(lambda c: service.get_version(
+            c, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            version=request.version))
+        return registry_pb2.GetVersionResponse(version=version)
+
+    async def ListVersions(self, request: Any, context: Any) -> registry_pb2.ListVersionsResponse:
+        versions, token = await self._read(lambda c: service.list_versions(
+            c, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            base_model=request.base_model, status=request.status, size=request.page_size,
+            token=request.page_token))
+        return registry_pb2.ListVersionsResponse(versions=versions, next_page_token=token)
+
+    # ------------------------------------------------------------------ releases
+
+    async def Promote(self, request: Any, context: Any) -> registry_pb2.PromoteResponse:
+        ctx = self._ctx(context)
+        release = await self._tx(lambda c: service.promote(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            version=request.version, reason=request.reason))
+        self._changed("release.promote", release.tenant_id, release.base_model)
+        return registry_pb2.PromoteResponse(release=release)
+
+    async def SetCanary(self, request: Any, context: Any) -> registry_pb2.SetCanaryResponse:
+        ctx = self._ctx(context)
+        release = await self._tx(lambda c: service.set_canary(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            version=request.version, percent=request.percent, reason=request.reason))
+        self._changed("release.canary", release.tenant_id, release.base_model)
+        return registry_pb2.SetCanaryResponse(release=release)
+
+    async def Rollback(self, request: Any, context: Any) -> registry_pb2.RollbackResponse:
+        ctx = self._ctx(context)
+        release = await self._tx(lambda c: service.rollback(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            to_version=request.to_version, reason=request.reason))
+        self._changed("release.rollback", release.tenant_id, release.base_model)
+        return registry_pb2.RollbackResponse(release=release)
+
+    async def Retire(self, request: Any, context: Any) -> registry_pb2.RetireResponse:
+        ctx = self._ctx(context)
+        version = await self._tx(lambda c: service.retire(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            version=request.version, reason=request.reason))
+        self._changed("version.retire", version.tenant_id, version.base_model)
+        return registry_pb2.RetireResponse(version=version)
+
+    async def GetRelease(self, request: Any, context: Any) -> registry_pb2.GetReleaseResponse:
+        release = await self._read(lambda c: service.get_release(
+            c, tenant_id=request.tenant_id, adapter_name=request.adapter_name))
+        return registry_pb2.GetReleaseResponse(release=release)
+
+    # ------------------------------------------------------------------ audit
+
+    async def ListAudit(self, request: Any, context: Any) -> registry_pb2.ListAuditResponse:
+        since = request.since.ToDatetime(tzinfo=UTC) if request.HasField("since") else None
+        until = request.until.ToDatetime(tzinfo=UTC) if request.HasField("until") else None
+        entries, token = await self._read(lambda c: audit.list_entries(
+            c, subject_prefix=request.subject_prefix, actor=request.actor,
+            action=request.action, since=since, until=until, size=request.page_size,
+            token=request.page_token))
+        return registry_pb2.ListAuditResponse(entries=entries, next_page_token=token)
