@@ -1,0 +1,342 @@
+"""Python client of the registry admin API and the release workflow.
+
+The ``loraplane`` CLI and the ``make run`` seeding use these functions::
+
+    with RegistryClient.from_settings(RegistryClientSettings()) as reg:
+        reg.create_tenant("acme", priority=common_pb2.PRIORITY_GOLD)
+        key = reg.create_api_key("acme", "gateway demo")        # (info, secret)
+        rec = release_adapter(reg, s3_client(settings), directory=Path("..."),
+                              tenant="acme", name="support-bot", version="v1",
+                              base_model="loraplane/tiny-llama", signing_key=Path("k.pem"))
+        final = wait_for_verdict(reg, "acme", "support-bot", "v1", timeout_s=60)
+
+The client is synchronous (plain ``grpc`` channel): it is meant for CLIs and scripts.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Self
+
+import grpc
+from minio import Minio
+
+from loraplane.registry.auth import ACTOR_METADATA
+from loraplane.registry.settings import RegistryClientSettings
+from loraplane.shared.settings import CommonSettings
+from loraplane.shared.signing import (
+    SIGNATURE_FILENAME,
+    key_identity,
+    manifest_digest,
+    sign_directory,
+)
+from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
+
+DECIDED = frozenset({
+    common_pb2.VERSION_STATUS_ADMITTED,
+    common_pb2.VERSION_STATUS_REJECTED,
+    common_pb2.VERSION_STATUS_ACTIVE,
+    common_pb2.VERSION_STATUS_CANARY,
+    common_pb2.VERSION_STATUS_RETIRED,
+})
+"""Statuses that mean admission has decided (pending is the only undecided one)."""
+
+
+class ReleaseError(RuntimeError):
+    """The release cannot proceed (bad directory, unreadable adapter config)."""
+
+
+class RegistryClient:
+    """Synchronous RegistryAdmin client; adds the operator token and actor to every call."""
+
+    def __init__(
+        self, addr: str, token: str, *, actor: str = "", timeout_s: float = 30.0
+    ) -> None:
+        """``addr``: ``host:port``; ``token``: the operator token."""
+        self.addr = addr
+        self.timeout_s = timeout_s
+        self.channel = grpc.insecure_channel(addr)
+        self.stub = registry_pb2_grpc.RegistryAdminStub(self.channel)
+        actor = actor or f"cli/{_user()}"
+        self.metadata: tuple[tuple[str, str], ...] = (
+            ("authorization", f"Bearer {token}"),
+            (ACTOR_METADATA, actor),
+        )
+
+    @classmethod
+    def from_settings(cls, s: RegistryClientSettings) -> RegistryClient:
+        """A client for ``LORAPLANE_REGISTRY_ADDR`` with ``LORAPLANE_REGISTRY_OPERATOR_TOKEN``."""
+        return cls(s.registry_addr, s.registry_operator_token.get_secret_value(),
+                   actor=s.registry_actor, timeout_s=s.registry_timeout_s)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel."""
+        self.channel.close()
+
+    def call(self, method: str, request: Any) -> Any:
+        """Call ``RegistryAdmin.<method>``; raises ``grpc.RpcError`` on failure."""
+        fn = getattr(self.stub, method)
+        return fn(request, metadata=self.metadata, timeout=self.timeout_s)
+
+    # -- convenience -------------------------------------------------------------
+
+    def create_tenant(
+        self, tenant_id: str, *, display_name: str = "",
+        priority: int = common_pb2.PRIORITY_UNSPECIFIED,
+    ) -> registry_pb2.Tenant:
+        """Create a tenant."""
+        return self.call("CreateTenant", registry_pb2.CreateTenantRequest(
+            tenant_id=tenant_id, display_name=display_name, default_priority=priority)).tenant
+
+    def ensure_tenant(
+        self, tenant_id: str, *, display_name: str = "",
+        priority: int = common_pb2.PRIORITY_UNSPECIFIED,
+    ) -> registry_pb2.Tenant:
+        """Create the tenant unless it exists (seeding is re-runnable)."""
+        try:
+            return self.create_tenant(tenant_id, display_name=display_name, priority=priority)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+                raise
+            return self.call("GetTenant", registry_pb2.GetTenantRequest(tenant_id=tenant_id)).tenant
+
+    def create_api_key(
+        self, tenant_id: str, description: str = ""
+    ) -> tuple[registry_pb2.ApiKeyInfo, str]:
+        """Create an API key; returns (info, secret). The secret is shown only now."""
+        resp = self.call("CreateApiKey", registry_pb2.CreateApiKeyRequest(
+            tenant_id=tenant_id, description=description))
+        return resp.key, resp.secret
+
+    def get_version(self, tenant_id: str, name: str, version: str) -> registry_pb2.AdapterVersion:
+        """Read one version."""
+        return self.call("GetVersion", registry_pb2.GetVersionRequest(
+            tenant_id=tenant_id, adapter_name=name, version=version)).version
+
+    def find_version(
+        self, tenant_id: str, name: str, version: str
+    ) -> registry_pb2.AdapterVersion | None:
+        """Read one version; ``None`` if it does not exist."""
+        try:
+            return self.get_version(tenant_id, name, version)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+# =========================================================================== upload
+
+
+class Progress(Protocol):
+    """minio's progress protocol (``set_meta`` then ``update`` per chunk)."""
+
+    def set_meta(self, object_name: str, total_length: int) -> None:
+        """Start of one object."""
+
+    def update(self, length: int) -> None:
+        """``length`` more bytes sent."""
+
+
+def s3_client(s: CommonSettings) -> Minio:
+    """A minio client for ``LORAPLANE_S3_*``."""
+    return Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
+                 secure=s.s3_secure)
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """One file of the adapter directory."""
+
+    path: str
+    """POSIX path relative to the directory."""
+    size_bytes: int
+    sha256: str
+    local: Path
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def scan_directory(directory: Path) -> list[LocalFile]:
+    """Every regular file below ``directory`` (sorted); symbolic links are refused."""
+    files: list[LocalFile] = []
+    for p in sorted(directory.rglob("*")):
+        if p.is_symlink():
+            raise ReleaseError(f"{p}: symbolic links are not allowed in an artifact")
+        if p.is_file():
+            rel = p.relative_to(directory).as_posix()
+            files.append(LocalFile(rel, p.stat().st_size, _sha256(p), p))
+    return files
+
+
+@dataclass(frozen=True)
+class PeftConfig:
+    """What the record needs from ``adapter_config.json``."""
+
+    rank: int
+    lora_alpha: float
+    target_modules: list[str]
+
+
+def read_peft_config(directory: Path) -> PeftConfig:
+    """Rank, alpha and target modules from a PEFT ``adapter_config.json``."""
+    path = directory / "adapter_config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        rank = int(cfg["r"])
+        modules = cfg["target_modules"]
+        if isinstance(modules, str):
+            modules = [modules]
+        return PeftConfig(rank, float(cfg.get("lora_alpha") or 0), sorted(str(m) for m in modules))
+    except FileNotFoundError:
+        raise ReleaseError(f"{path} not found: not a PEFT adapter directory") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReleaseError(f"{path}: cannot read r / target_modules: {exc}") from exc
+
+
+def tokenizer_revision_for(base_model: str, catalogue_path: Path | None) -> str:
+    """The catalogue's tokenizer revision of ``base_model`` ("" if unknown)."""
+    if catalogue_path is None or not catalogue_path.is_file():
+        return ""
+    from loraplane.shared.catalogue import load_catalogue
+
+    catalogue = load_catalogue(catalogue_path)
+    return catalogue.get(base_model).tokenizer_revision if base_model in catalogue else ""
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    """Outcome of :func:`release_adapter`."""
+
+    version: registry_pb2.AdapterVersion
+    """The stored record."""
+    signed: bool
+    """Whether the CLI signed the directory (it had no ``model.sig``)."""
+    uploaded_bytes: int
+    """Bytes uploaded (0 when the version was already registered with this digest)."""
+
+
+def release_adapter(
+    reg: RegistryClient,
+    s3: Minio,
+    *,
+    directory: Path,
+    tenant: str,
+    name: str,
+    version: str,
+    base_model: str,
+    signing_key: Path | None,
+    priority: int = common_pb2.PRIORITY_UNSPECIFIED,
+    tokenizer_revision: str = "",
+    progress: Callable[[list[LocalFile]], Progress] | None = None,
+) -> ReleaseResult:
+    """Sign (if needed), upload to the registry-chosen location, register.
+
+    * no ``model.sig`` in ``directory``: sign it with ``signing_key`` (written into the
+      directory); otherwise the existing signature is used as it is;
+    * RequestUpload returns the content-addressed keys in the allow-listed bucket;
+    * every file and the signature are uploaded (skipped when the version is already
+      registered with the same manifest digest);
+    * RegisterVersion stores the record (status pending).
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ReleaseError(f"{directory} is not a directory")
+    sig = directory / SIGNATURE_FILENAME
+    signed = False
+    if not sig.exists():
+        if signing_key is None:
+            raise ReleaseError(f"{directory} has no {SIGNATURE_FILENAME}; pass --signing-key")
+        sign_directory(directory, signing_key)
+        signed = True
+    manifest = manifest_digest(sig)
+    # The signer is known only when we signed; otherwise admission establishes it.
+    signer = key_identity(signing_key) if signed and signing_key is not None else ""
+    cfg = read_peft_config(directory)
+    local = scan_directory(directory)
+    artifact = [f for f in local if f.path != SIGNATURE_FILENAME]
+
+    plan = reg.call("RequestUpload", registry_pb2.RequestUploadRequest(
+        tenant_id=tenant, adapter_name=name, version=version, base_model=base_model,
+        files=[registry_pb2.UploadFile(path=f.path, size_bytes=f.size_bytes, sha256=f.sha256)
+               for f in local],
+    ))
+    existing = reg.find_version(tenant, name, version)
+    uploaded = 0
+    if existing is None or existing.sha256 != manifest:
+        keys = {t.path: t.key for t in plan.targets}
+        bar = progress(local) if progress is not None else None
+        for f in local:
+            s3.fput_object(plan.bucket, keys[f.path], str(f.local), progress=bar,
+                           content_type="application/octet-stream")
+            uploaded += f.size_bytes
+    record = registry_pb2.AdapterVersion(
+        tenant_id=tenant, name=name, version=version, base_model=base_model,
+        rank=cfg.rank, format="peft", target_modules=cfg.target_modules,
+        artifact_uri=plan.artifact_uri, sha256=manifest,
+        size_bytes=sum(f.size_bytes for f in artifact),
+        signature_uri=plan.artifact_uri + SIGNATURE_FILENAME, signer_identity=signer,
+        tokenizer_revision=tokenizer_revision, priority=priority, lora_alpha=cfg.lora_alpha,
+        files=[events_pb2.ArtifactFile(path=f.path, size_bytes=f.size_bytes, sha256=f.sha256)
+               for f in artifact],
+    )
+    stored = reg.call("RegisterVersion", registry_pb2.RegisterVersionRequest(version=record))
+    return ReleaseResult(stored.version, signed, uploaded)
+
+
+def wait_for_verdict(
+    reg: RegistryClient,
+    tenant: str,
+    name: str,
+    version: str,
+    *,
+    timeout_s: float,
+    poll_s: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> registry_pb2.AdapterVersion | None:
+    """Poll GetVersion until admission decided; ``None`` on timeout."""
+    deadline = clock() + timeout_s
+    while True:
+        rec = reg.get_version(tenant, name, version)
+        if rec.status in DECIDED:
+            return rec
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return None
+        sleep(min(poll_s, remaining))
+
+
+def iter_versions(reg: RegistryClient, **filters: Any) -> Iterator[registry_pb2.AdapterVersion]:
+    """Every version matching ``filters`` (ListVersions fields), following pages."""
+    token = ""
+    while True:
+        resp = reg.call("ListVersions", registry_pb2.ListVersionsRequest(page_token=token,
+                                                                         **filters))
+        yield from resp.versions
+        token = resp.next_page_token
+        if not token:
+            return

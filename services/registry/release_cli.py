@@ -1,0 +1,523 @@
+"""``loraplane release`` and the registry admin commands.
+
+Commands (all read ``LORAPLANE_REGISTRY_ADDR``, ``LORAPLANE_REGISTRY_OPERATOR_TOKEN``,
+``LORAPLANE_REGISTRY_ACTOR`` and, for uploads, ``LORAPLANE_S3_*`` /
+``LORAPLANE_ARTIFACT_BUCKET``)::
+
+    loraplane release DIR --tenant T --name N --version V --base-model B \\
+        --signing-key KEY.pem [--priority P] [--wait SECONDS] [--json]
+    loraplane tenants create|show|list|set-priority
+    loraplane keys create|revoke|list
+    loraplane adapters list|show
+    loraplane promote|canary|rollback|retire TENANT/NAME ...
+    loraplane audit [--subject acme/] [--action release.promote]
+
+Exit codes: 0 success (admitted with ``--wait``), 1 registry or input error,
+2 usage error, 3 rejected by admission (every reason printed), 4 ``--wait`` timed out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import grpc
+import typer
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from loraplane.registry.client import (
+    LocalFile,
+    RegistryClient,
+    ReleaseError,
+    iter_versions,
+    release_adapter,
+    s3_client,
+    tokenizer_revision_for,
+    wait_for_verdict,
+)
+from loraplane.registry.convert import PRIORITY_NAMES
+from loraplane.registry.settings import RegistryClientSettings
+from loraplane.v1 import common_pb2, events_pb2, registry_pb2
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_REJECTED = 3
+EXIT_TIMEOUT = 4
+
+app = typer.Typer(no_args_is_help=True)
+tenants_app = typer.Typer(help="Tenants: create, show, list, set the default priority.",
+                          no_args_is_help=True)
+keys_app = typer.Typer(help="Tenant API keys: create (secret shown once), revoke, list.",
+                       no_args_is_help=True)
+adapters_app = typer.Typer(help="Adapter versions: list with filters, show one.",
+                           no_args_is_help=True)
+app.add_typer(tenants_app, name="tenants")
+app.add_typer(keys_app, name="keys")
+app.add_typer(adapters_app, name="adapters")
+
+err = Console(stderr=True)
+out = Console()
+
+STATUS_NAMES = {
+    "pending": common_pb2.VERSION_STATUS_PENDING,
+    "admitted": common_pb2.VERSION_STATUS_ADMITTED,
+    "rejected": common_pb2.VERSION_STATUS_REJECTED,
+    "active": common_pb2.VERSION_STATUS_ACTIVE,
+    "canary": common_pb2.VERSION_STATUS_CANARY,
+    "retired": common_pb2.VERSION_STATUS_RETIRED,
+}
+
+
+def default_catalogue() -> Path:
+    """``LORAPLANE_CATALOGUE`` or ``<repo>/config/base_models.yaml``."""
+    env = os.environ.get("LORAPLANE_CATALOGUE")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "config" / "base_models.yaml"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _settings() -> RegistryClientSettings:
+    return RegistryClientSettings()
+
+
+@contextmanager
+def _client() -> Iterator[RegistryClient]:
+    s = _settings()
+    if not s.registry_operator_token.get_secret_value():
+        err.print("[red]error:[/] LORAPLANE_REGISTRY_OPERATOR_TOKEN is not set")
+        raise typer.Exit(EXIT_ERROR)
+    reg = RegistryClient.from_settings(s)
+    try:
+        yield reg
+    except grpc.RpcError as exc:
+        err.print(f"[red]error:[/] {exc.code().name}: {exc.details()}")
+        raise typer.Exit(EXIT_ERROR) from None
+    except ReleaseError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(EXIT_ERROR) from None
+    finally:
+        reg.close()
+
+
+def to_dict(msg: Message) -> dict[str, Any]:
+    """A message as JSON-able dict (proto field names, enums as names)."""
+    d: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return d
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def _priority(value: str | None) -> int:
+    if not value:
+        return common_pb2.PRIORITY_UNSPECIFIED
+    try:
+        return PRIORITY_NAMES[value.lower()]
+    except KeyError:
+        raise typer.BadParameter(f"{value!r}: one of {', '.join(PRIORITY_NAMES)}") from None
+
+
+def _split_adapter(adapter: str) -> tuple[str, str]:
+    tenant, sep, name = adapter.partition("/")
+    if not sep or not tenant or not name:
+        raise typer.BadParameter(f"{adapter!r}: expected TENANT/NAME")
+    return tenant, name
+
+
+def _enum_name(enum: Any, value: int, prefix: str) -> str:
+    return str(enum.Name(value)).removeprefix(prefix).lower()
+
+
+def status_name(value: int) -> str:
+    """``VERSION_STATUS_ADMITTED`` → ``admitted``."""
+    return _enum_name(common_pb2.VersionStatus, value, "VERSION_STATUS_")
+
+
+def _reason_line(r: events_pb2.RejectionReason) -> str:
+    code = _enum_name(events_pb2.RejectionCode, r.code, "REJECTION_CODE_")
+    where = f" [{r.path}]" if r.path else ""
+    return f"{code}{where}: {r.message}"
+
+
+def _print_version(v: registry_pb2.AdapterVersion) -> None:
+    out.print(f"[bold]{v.adapter_id}@{v.version}[/]  status={status_name(v.status)}  "
+              f"engine_id={v.engine_id}")
+    out.print(f"  base_model={v.base_model} rank={v.rank} modules={','.join(v.target_modules)}")
+    out.print(f"  sha256={v.sha256} size={v.size_bytes}B")
+    out.print(f"  artifact={v.artifact_uri}")
+    for r in v.reasons:
+        out.print(f"  [red]reason[/] {_reason_line(r)}")
+
+
+class _RichUpload:
+    """minio progress → one rich bar over every file of the release."""
+
+    def __init__(self, progress: Progress, files: list[LocalFile]) -> None:
+        self.progress = progress
+        self.task = progress.add_task("upload", total=sum(f.size_bytes for f in files),
+                                      name="")
+
+    def set_meta(self, object_name: str, total_length: int) -> None:
+        self.progress.update(self.task, name=object_name.rsplit("/", 1)[-1])
+
+    def update(self, length: int) -> None:
+        self.progress.advance(self.task, length)
+
+
+# --------------------------------------------------------------------------- release
+
+
+@app.command()
+def release(
+    directory: Annotated[Path, typer.Argument(help="PEFT adapter directory.", exists=True,
+                                              file_okay=False, dir_okay=True)],
+    tenant: Annotated[str, typer.Option(help="Owning tenant id.")],
+    name: Annotated[str, typer.Option(help="Adapter name.")],
+    version: Annotated[str, typer.Option(help="Version label (immutable).")],
+    base_model: Annotated[str, typer.Option(help="Base model the adapter was trained for.")],
+    signing_key: Annotated[Path, typer.Option(
+        help="EC private key (PEM) used when DIR holds no model.sig.")],
+    priority: Annotated[str | None, typer.Option(
+        help="Priority override: platinum, gold, silver, bronze.")] = None,
+    wait: Annotated[float | None, typer.Option(
+        help="Wait up to SECONDS for the admission verdict (exit 0 admitted, 3 rejected, "
+             "4 timeout).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the record as JSON.")] = False,
+    tokenizer_revision: Annotated[str | None, typer.Option(
+        help="Tokenizer revision; default: the base model's entry in the catalogue.")] = None,
+    catalogue: Annotated[Path | None, typer.Option(
+        help="Base-model catalogue (default LORAPLANE_CATALOGUE or config/base_models.yaml).")
+    ] = None,
+) -> None:
+    """Sign (if needed), upload and register an adapter version; optionally wait for admission."""
+    prio = _priority(priority)
+    revision = tokenizer_revision if tokenizer_revision is not None else \
+        tokenizer_revision_for(base_model, catalogue or default_catalogue())
+    s = _settings()
+    with _client() as reg:
+        with Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), DownloadColumn(),
+                      TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+                      transient=json_out) as progress:
+            result = release_adapter(
+                reg, s3_client(s), directory=directory, tenant=tenant, name=name,
+                version=version, base_model=base_model, signing_key=signing_key,
+                priority=prio, tokenizer_revision=revision,
+                progress=lambda files: _RichUpload(progress, files),
+            )
+        rec = result.version
+        if not json_out:
+            signed = "signed with the given key, " if result.signed else ""
+            err.print(f"registered {rec.adapter_id}@{rec.version} ({signed}"
+                      f"{result.uploaded_bytes} bytes uploaded) → {status_name(rec.status)}")
+        if wait is None:
+            if json_out:
+                _print_json({"version": to_dict(rec)})
+            else:
+                _print_version(rec)
+            return
+        final = wait_for_verdict(reg, tenant, name, version, timeout_s=wait)
+    code = _verdict_exit(final, rec, json_out, wait)
+    raise typer.Exit(code)
+
+
+def _verdict_exit(
+    final: registry_pb2.AdapterVersion | None,
+    rec: registry_pb2.AdapterVersion,
+    json_out: bool,
+    wait: float,
+) -> int:
+    if final is None:
+        if json_out:
+            _print_json({"version": to_dict(rec), "verdict": "timeout"})
+        else:
+            err.print(f"[yellow]timeout:[/] no admission verdict within {wait:g}s "
+                      f"(still pending)")
+        return EXIT_TIMEOUT
+    rejected = final.status == common_pb2.VERSION_STATUS_REJECTED
+    if json_out:
+        _print_json({"version": to_dict(final),
+                     "verdict": "rejected" if rejected else "admitted"})
+    elif rejected:
+        err.print(f"[red]rejected:[/] {final.adapter_id}@{final.version} "
+                  f"({len(final.reasons)} reasons)")
+        for r in final.reasons:
+            err.print(f"  - {_reason_line(r)}")
+    else:
+        _print_version(final)
+        err.print(f"[green]admitted:[/] {final.adapter_id}@{final.version}")
+    if rejected:
+        return EXIT_REJECTED
+    if final.status == common_pb2.VERSION_STATUS_RETIRED:
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- tenants
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+@tenants_app.command("create")
+def tenants_create(
+    tenant_id: str,
+    display_name: Annotated[str, typer.Option(help="Display name.")] = "",
+    priority: Annotated[str | None, typer.Option(help="Default priority.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Create a tenant."""
+    with _client() as reg:
+        t = reg.create_tenant(tenant_id, display_name=display_name, priority=_priority(priority))
+    if json_out:
+        _print_json(to_dict(t))
+    else:
+        out.print(f"created tenant {t.tenant_id}")
+
+
+@tenants_app.command("show")
+def tenants_show(tenant_id: str) -> None:
+    """Show one tenant (JSON)."""
+    with _client() as reg:
+        t = reg.call("GetTenant", registry_pb2.GetTenantRequest(tenant_id=tenant_id)).tenant
+    _print_json(to_dict(t))
+
+
+@tenants_app.command("list")
+def tenants_list(json_out: JsonOpt = False) -> None:
+    """List every tenant."""
+    tenants: list[registry_pb2.Tenant] = []
+    with _client() as reg:
+        token = ""
+        while True:
+            resp = reg.call("ListTenants", registry_pb2.ListTenantsRequest(page_token=token))
+            tenants.extend(resp.tenants)
+            token = resp.next_page_token
+            if not token:
+                break
+    if json_out:
+        _print_json([to_dict(t) for t in tenants])
+        return
+    table = Table("tenant", "display name", "priority")
+    for t in tenants:
+        table.add_row(t.tenant_id, t.display_name,
+                      _enum_name(common_pb2.Priority, t.default_priority, "PRIORITY_"))
+    out.print(table)
+
+
+@tenants_app.command("set-priority")
+def tenants_set_priority(tenant_id: str, priority: str) -> None:
+    """Change a tenant's default priority."""
+    with _client() as reg:
+        t = reg.call("SetTenantPriority", registry_pb2.SetTenantPriorityRequest(
+            tenant_id=tenant_id, priority=_priority(priority))).tenant
+    out.print(f"{t.tenant_id}: {_enum_name(common_pb2.Priority, t.default_priority, 'PRIORITY_')}")
+
+
+# --------------------------------------------------------------------------- keys
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant_id: str,
+    description: Annotated[str, typer.Option(help="What the key is for.")] = "",
+    json_out: JsonOpt = False,
+) -> None:
+    """Create an API key. The secret is printed once; store it now."""
+    with _client() as reg:
+        info, secret = reg.create_api_key(tenant_id, description)
+    if json_out:
+        _print_json({"key": to_dict(info), "secret": secret})
+    else:
+        err.print(f"key {info.key_id} ({info.prefix}…) for {tenant_id}; the secret is shown once:")
+        out.print(secret)
+
+
+@keys_app.command("revoke")
+def keys_revoke(tenant_id: str, key_id: str) -> None:
+    """Revoke an API key."""
+    with _client() as reg:
+        reg.call("RevokeApiKey", registry_pb2.RevokeApiKeyRequest(tenant_id=tenant_id,
+                                                                  key_id=key_id))
+    out.print(f"revoked {key_id}")
+
+
+@keys_app.command("list")
+def keys_list(
+    tenant_id: str,
+    include_revoked: Annotated[bool, typer.Option(help="Show revoked keys too.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List a tenant's keys (prefixes only)."""
+    with _client() as reg:
+        keys = reg.call("ListApiKeys", registry_pb2.ListApiKeysRequest(
+            tenant_id=tenant_id, include_revoked=include_revoked)).keys
+    if json_out:
+        _print_json([to_dict(k) for k in keys])
+        return
+    table = Table("key id", "prefix", "description", "revoked")
+    for k in keys:
+        table.add_row(k.key_id, k.prefix, k.description, "yes" if k.HasField("revoked_at") else "")
+    out.print(table)
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+@adapters_app.command("list")
+def adapters_list(
+    tenant: Annotated[str, typer.Option(help="Only this tenant.")] = "",
+    name: Annotated[str, typer.Option(help="Only this adapter name.")] = "",
+    base_model: Annotated[str, typer.Option(help="Only this base model.")] = "",
+    status: Annotated[str, typer.Option(help="Only this status.")] = "",
+    json_out: JsonOpt = False,
+) -> None:
+    """List adapter versions, newest first."""
+    if status and status not in STATUS_NAMES:
+        raise typer.BadParameter(f"--status: one of {', '.join(STATUS_NAMES)}")
+    with _client() as reg:
+        versions = list(iter_versions(reg, tenant_id=tenant, adapter_name=name,
+                                      base_model=base_model,
+                                      status=STATUS_NAMES.get(status, 0)))
+    if json_out:
+        _print_json([to_dict(v) for v in versions])
+        return
+    table = Table("adapter", "version", "status", "base model", "engine id", "size")
+    for v in versions:
+        table.add_row(v.adapter_id, v.version, status_name(v.status), v.base_model,
+                      str(v.engine_id), str(v.size_bytes))
+    out.print(table)
+
+
+@adapters_app.command("show")
+def adapters_show(
+    adapter: Annotated[str, typer.Argument(help="TENANT/NAME")],
+    version: Annotated[str | None, typer.Argument(help="Version (default: the release).")] = None,
+) -> None:
+    """Show one version, or the release pointers of an adapter name (JSON)."""
+    tenant, name = _split_adapter(adapter)
+    with _client() as reg:
+        if version:
+            _print_json(to_dict(reg.get_version(tenant, name, version)))
+        else:
+            rel = reg.call("GetRelease", registry_pb2.GetReleaseRequest(
+                tenant_id=tenant, adapter_name=name)).release
+            _print_json(to_dict(rel))
+
+
+# --------------------------------------------------------------------------- release ops
+
+
+ReasonOpt = Annotated[str, typer.Option(help="Why (audit log).")]
+
+
+def _print_release(rel: registry_pb2.ReleasePointers, json_out: bool) -> None:
+    if json_out:
+        _print_json(to_dict(rel))
+        return
+    canary = f"{rel.canary_version} @ {rel.canary_percent}%" if rel.canary_version else "-"
+    out.print(f"{rel.adapter_id}: stable={rel.stable_version or '-'} canary={canary} "
+              f"rollback_to={rel.rollback_to or '-'}")
+
+
+@app.command()
+def promote(
+    adapter: Annotated[str, typer.Argument(help="TENANT/NAME")],
+    version: str,
+    reason: ReasonOpt = "",
+    json_out: JsonOpt = False,
+) -> None:
+    """Make an admitted version the stable version."""
+    tenant, name = _split_adapter(adapter)
+    with _client() as reg:
+        rel = reg.call("Promote", registry_pb2.PromoteRequest(
+            tenant_id=tenant, adapter_name=name, version=version, reason=reason)).release
+    _print_release(rel, json_out)
+
+
+@app.command()
+def canary(
+    adapter: Annotated[str, typer.Argument(help="TENANT/NAME")],
+    version: Annotated[str, typer.Argument(help="Admitted version ('' with 0 clears).")],
+    percent: Annotated[int, typer.Argument(help="Share of requests, 0..100.")],
+    reason: ReasonOpt = "",
+    json_out: JsonOpt = False,
+) -> None:
+    """Set (or clear) the canary version and its traffic share."""
+    tenant, name = _split_adapter(adapter)
+    if percent < 0:
+        raise typer.BadParameter("percent must be within 0..100")
+    with _client() as reg:
+        rel = reg.call("SetCanary", registry_pb2.SetCanaryRequest(
+            tenant_id=tenant, adapter_name=name, version=version, percent=percent,
+            reason=reason)).release
+    _print_release(rel, json_out)
+
+
+@app.command()
+def rollback(
+    adapter: Annotated[str, typer.Argument(help="TENANT/NAME")],
+    to: Annotated[str, typer.Option("--to", help="Version (default: rollback_to).")] = "",
+    reason: ReasonOpt = "",
+    json_out: JsonOpt = False,
+) -> None:
+    """Move the stable pointer back."""
+    tenant, name = _split_adapter(adapter)
+    with _client() as reg:
+        rel = reg.call("Rollback", registry_pb2.RollbackRequest(
+            tenant_id=tenant, adapter_name=name, to_version=to, reason=reason)).release
+    _print_release(rel, json_out)
+
+
+@app.command()
+def retire(
+    adapter: Annotated[str, typer.Argument(help="TENANT/NAME")],
+    version: str,
+    reason: ReasonOpt = "",
+) -> None:
+    """Retire a version (never the stable one)."""
+    tenant, name = _split_adapter(adapter)
+    with _client() as reg:
+        v = reg.call("Retire", registry_pb2.RetireRequest(
+            tenant_id=tenant, adapter_name=name, version=version, reason=reason)).version
+    out.print(f"{v.adapter_id}@{v.version}: {status_name(v.status)}")
+
+
+@app.command()
+def audit(
+    subject: Annotated[str, typer.Option(help="Subject prefix, e.g. acme/.")] = "",
+    actor: Annotated[str, typer.Option(help="Only this actor.")] = "",
+    action: Annotated[str, typer.Option(help="Only this action.")] = "",
+    limit: Annotated[int, typer.Option(help="Most entries to show.")] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show the audit log, newest first."""
+    with _client() as reg:
+        entries = reg.call("ListAudit", registry_pb2.ListAuditRequest(
+            subject_prefix=subject, actor=actor, action=action, page_size=limit)).entries
+    if json_out:
+        _print_json([to_dict(e) for e in entries])
+        return
+    table = Table("at", "actor", "action", "subject", "after")
+    for e in entries:
+        table.add_row(e.at.ToDatetime().isoformat(timespec="seconds"), e.actor, e.action,
+                      e.subject, e.after_json[:80])
+    out.print(table)
