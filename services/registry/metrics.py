@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from loraplane.shared.metrics import _PerRegistry
+from loraplane.shared.metrics import PerRegistry
 
 
-class RegistryMetrics(_PerRegistry):
+class RegistryMetrics(PerRegistry):
     """Counters of registrations, state changes and admission verdicts."""
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -37,7 +37,7 @@ def start_metrics_server(
     return port
 
 
-class _PerRegistry:
+class PerRegistry:
     """Mixin: one instance per collector registry (``for_registry``)."""
 
     _instances: ClassVar[dict[int, object]]
@@ -63,7 +63,7 @@ class _PerRegistry:
             return inst
 
 
-class RpcMetrics(_PerRegistry):
+class RpcMetrics(PerRegistry):
     """``loraplane_rpc_requests_total`` and ``loraplane_rpc_duration_seconds``.
 
     Labels: ``service`` (gRPC service, e.g. ``loraplane.v1.RegistryAdmin``),
@@ -100,3 +100,6 @@ def split_method(full_method: str) -> tuple[str, str]:
     if len(parts) != 2:
         return full_method, ""
     return parts[0], parts[1]
+
+
+_PerRegistry = PerRegistry  # earlier name, kept for existing imports

@@ -60,7 +60,7 @@ from loraplane.shared.codec import (
     HEADER_PROTO_TYPE,
     encode,
 )
-from loraplane.shared.metrics import _PerRegistry
+from loraplane.shared.metrics import PerRegistry
 from loraplane.shared.topics import TOPICS, event_meta, topic_for, topic_spec
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ class Producer(Protocol):
 ProducerFactory = Callable[[], Producer]
 
 
-class OutboxMetrics(_PerRegistry):
+class OutboxMetrics(PerRegistry):
     """Outbox relay metrics (prefix ``loraplane_outbox_``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
