@@ -9,6 +9,7 @@ downloaded), symbolic links and special files by ``lstat`` without following the
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ PICKLE_SUFFIXES = frozenset({
     ".mar", ".pdparams",
 })
 """Suffixes of formats that may execute code when loaded (refused unread)."""
+SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+"""A file name that can be written into quarantine as is (no dots-only, no hidden files,
+no separators, no escapes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,18 +54,31 @@ class SizeLimits:
     """Most objects an artifact root may list (anything more is refused unread)."""
 
 
+def refuse_unread(name: str) -> Problem | None:
+    """Refuse a relative file name that must never be fetched or opened, or return None.
+
+    Pickle-format suffixes, nested paths and unsafe names (:data:`SAFE_NAME_RE`) are
+    refused with ``FORBIDDEN_FILE`` by their text alone.
+    """
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix in PICKLE_SUFFIXES:
+        return Problem(FORBIDDEN_FILE, f"pickle-format file ({suffix}) refused unread", name)
+    if "/" in name or "\\" in name:
+        return Problem(FORBIDDEN_FILE, "nested path: an adapter is a flat directory", name)
+    if not SAFE_NAME_RE.match(name):
+        return Problem(FORBIDDEN_FILE, "unsafe file name", name[:128])
+    return None
+
+
 def classify_name(name: str) -> Problem | None:
     """Refuse a relative file name by its text alone (no I/O), or return None.
 
-    Pickle-format suffixes, nested paths and names outside :data:`ALLOWED_FILES` are
-    refused with ``FORBIDDEN_FILE``.
+    :func:`refuse_unread` names, and any name outside :data:`ALLOWED_FILES`, are refused
+    with ``FORBIDDEN_FILE``.
     """
-    pure = PurePosixPath(name)
-    suffix = pure.suffix.lower()
-    if suffix in PICKLE_SUFFIXES:
-        return Problem(FORBIDDEN_FILE, f"pickle-format file ({suffix}) refused unread", name)
-    if len(pure.parts) != 1 or name.startswith("/") or "\\" in name:
-        return Problem(FORBIDDEN_FILE, "nested path: an adapter is a flat directory", name)
+    unread = refuse_unread(name)
+    if unread is not None:
+        return unread
     if name not in ALLOWED_FILES:
         return Problem(FORBIDDEN_FILE, "unexpected file (allowed: "
                        + ", ".join(sorted(ALLOWED_FILES)) + ")", name)

@@ -129,9 +129,8 @@ def check_signature(
             if not (p.path in quiet and p.code in (signing.MissingFile.code,
                                                    signing.UnsignedFile.code))
         ]
-        if not out:  # every problem was about files reported elsewhere
-            out = [Problem(MISSING_FILE, "signed files were refused or replaced by links",
-                           ", ".join(sorted(quiet))[:200])]
+        # Problems only about refused or linked files add nothing: those files are
+        # already reasons of the verdict (download stage / files check), never admitted.
         return SignatureResult(tuple(out), None, bytes_hashed)
 
     if verified.manifest_digest != registered_sha256:

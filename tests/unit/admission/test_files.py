@@ -65,8 +65,9 @@ def test_unexpected_files_refused(name: str) -> None:
     assert p is not None and p.code == FORBIDDEN_FILE and "unexpected" in p.message
 
 
-@pytest.mark.parametrize("name", ["sub/adapter_model.safetensors", "../x", "a\\b"])
-def test_nested_names_refused(name: str) -> None:
+@pytest.mark.parametrize("name", ["sub/adapter_model.safetensors", "../x", "a\\b", "..", ".",
+                                  "", ".hidden", "x\x00", "a b", "-rf"])
+def test_nested_and_unsafe_names_refused(name: str) -> None:
     p = classify_name(name)
     assert p is not None and p.code == FORBIDDEN_FILE
 
