@@ -1,0 +1,90 @@
+"""The public gRPC API: ``loraplane.v1.Inference/Generate`` (server streaming).
+
+Authentication: ``authorization: Bearer <api key>`` metadata. Errors are classified
+:class:`~loraplane.shared.errors.LoraplaneError` subclasses, turned into status codes
+(with ``retry-after-ms`` trailing metadata for retry hints) by the shared
+interceptor of :func:`loraplane.shared.grpcutil.build_server`, which also adds
+health checking and server reflection.
+
+Besides ``resolved`` in the first message, the resolution travels back as initial
+metadata: ``x-loraplane-request-id``, ``x-loraplane-adapter-version``,
+``x-loraplane-canary``, ``x-loraplane-tier``, ``x-loraplane-degraded``,
+``x-loraplane-worker``. A caller may set ``x-request-id`` to choose the request id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from loraplane.gateway.budget import TIER_NAMES
+from loraplane.gateway.service import Gateway
+from loraplane.shared.grpcutil import GrpcServer, Service, bearer_token, build_server
+from loraplane.v1 import inference_pb2, inference_pb2_grpc
+
+SERVICE_NAME = "loraplane.v1.Inference"
+"""Full name of the public service (health, reflection)."""
+REQUEST_ID_METADATA = "x-request-id"
+"""Metadata a caller may set to choose the request id."""
+
+SERVER_OPTIONS = (
+    ("grpc.max_concurrent_streams", 1000),
+    ("grpc.so_reuseport", 0),
+)
+"""Options of the public server."""
+
+
+def resolution_metadata(resolved: inference_pb2.ResolvedAdapter) -> tuple[tuple[str, str], ...]:
+    """Initial metadata (and HTTP headers) describing a resolution."""
+    return (
+        ("x-loraplane-request-id", resolved.request_id),
+        ("x-loraplane-adapter-version", resolved.adapter.version),
+        ("x-loraplane-canary", "true" if resolved.canary else "false"),
+        ("x-loraplane-tier", TIER_NAMES.get(resolved.tier_at_arrival, "unspecified")),
+        ("x-loraplane-degraded", "base-model" if resolved.degraded_to_base else "false"),
+        ("x-loraplane-worker", resolved.worker_id),
+    )
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServicer):
+    """``Inference`` over a :class:`~loraplane.gateway.service.Gateway`."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        """Serve through ``gateway``."""
+        self.gateway = gateway
+
+    async def Generate(
+        self, request: inference_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
+        """Authenticate, then stream the gateway's answer."""
+        metadata = context.invocation_metadata() or ()
+        principal = self.gateway.authenticate(bearer_token(metadata))
+        request_id = None
+        for key, value in metadata:
+            if key == REQUEST_ID_METADATA and isinstance(value, str) and 0 < len(value) <= 128:
+                request_id = value
+        first = True
+        async for msg in self.gateway.generate(
+            principal, request, request_id=request_id, timeout_s=context.time_remaining()
+        ):
+            if first:
+                first = False
+                await context.send_initial_metadata(resolution_metadata(msg.resolved))
+            yield msg
+
+
+def build_grpc_server(gateway: Gateway, *, port: int, host: str = "127.0.0.1") -> GrpcServer:
+    """The public gRPC server (not started): Inference + health + reflection."""
+    return build_server(
+        [
+            Service(
+                inference_pb2_grpc.add_InferenceServicer_to_server,
+                InferenceServicer(gateway),
+                SERVICE_NAME,
+            )
+        ],
+        port=port,
+        host=host,
+        options=SERVER_OPTIONS,
+    )

@@ -1,0 +1,116 @@
+"""Gateway metrics (prometheus-client), labelled by tenant, adapter, version and class.
+
+Cardinality stays bounded: tenants and adapter names come from the registry,
+versions are the registry's (a handful live per name), classes are three.
+Base-model requests use ``adapter="_base"`` and the base model as ``version``.
+
+* ``loraplane_gateway_requests_total{tenant,adapter,version,class,outcome}``:
+  outcome ``ok``, ``degraded``, ``cancelled``, or the gRPC status name (lowercase);
+* ``loraplane_gateway_ttft_seconds`` and ``loraplane_gateway_request_seconds``
+  histograms (P95 / P99 through ``histogram_quantile``);
+* ``loraplane_gateway_degraded_total``, ``loraplane_gateway_budget_exceeded_total``;
+* ``loraplane_gateway_routed_total{...,tier}``: tier of the version on the chosen worker;
+* ``loraplane_gateway_refused_total{reason}``: refused before resolution (auth, names);
+* ``loraplane_gateway_view_events_total{view}``, ``loraplane_gateway_heat_dropped_total``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+TTFT_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+"""Time-to-first-token buckets (seconds): 1 ms .. 30 s (cold loads of background requests)."""
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+)
+"""Whole-request buckets (seconds)."""
+
+_LABELS = ("tenant", "adapter", "version", "class")
+
+
+@dataclass(slots=True)
+class _Series:
+    ttft: Histogram
+    duration: Histogram
+    degraded: Counter
+    budget_exceeded: Counter
+
+
+class GatewayMetrics:
+    """The gateway's metric families in one registry, with cached label children."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        """Register the families in ``registry`` (use a fresh registry per test)."""
+        self.requests = Counter(
+            "loraplane_gateway_requests", "Tenant requests by outcome.",
+            [*_LABELS, "outcome"], registry=registry,
+        )
+        self.ttft = Histogram(
+            "loraplane_gateway_ttft_seconds", "Time to first token seen by the gateway.",
+            _LABELS, buckets=TTFT_BUCKETS, registry=registry,
+        )
+        self.duration = Histogram(
+            "loraplane_gateway_request_seconds", "Whole request duration seen by the gateway.",
+            _LABELS, buckets=DURATION_BUCKETS, registry=registry,
+        )
+        self.degraded = Counter(
+            "loraplane_gateway_degraded", "Requests served by the base model because the "
+            "adapter was cold.", _LABELS, registry=registry,
+        )
+        self.budget_exceeded = Counter(
+            "loraplane_gateway_budget_exceeded", "Requests whose adapter could not be served "
+            "within the cold-start budget.", _LABELS, registry=registry,
+        )
+        self.routed = Counter(
+            "loraplane_gateway_routed", "Requests routed, by the version's tier on the worker.",
+            [*_LABELS, "tier"], registry=registry,
+        )
+        self.refused = Counter(
+            "loraplane_gateway_refused", "Requests refused before resolution.", ["reason"],
+            registry=registry,
+        )
+        self.view_events = Counter(
+            "loraplane_gateway_view_events", "Events applied to the in-memory views.", ["view"],
+            registry=registry,
+        )
+        self.heat_dropped = Counter(
+            "loraplane_gateway_heat_dropped", "Completions dropped because Kafka was too slow.",
+            registry=registry,
+        )
+        self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self._outcomes: dict[tuple[str, str, str, str, str], Counter] = {}
+        self._routed: dict[tuple[str, str, str, str, str], Counter] = {}
+
+    def series(self, tenant: str, adapter: str, version: str, klass: str) -> _Series:
+        """Label children of one (tenant, adapter, version, class), cached."""
+        key = (tenant, adapter, version, klass)
+        s = self._series.get(key)
+        if s is None:
+            s = _Series(
+                self.ttft.labels(*key), self.duration.labels(*key),
+                self.degraded.labels(*key), self.budget_exceeded.labels(*key),
+            )
+            self._series[key] = s
+        return s
+
+    def outcome(self, labels: tuple[str, str, str, str], outcome: str) -> None:
+        """Count one finished request."""
+        key = (*labels, outcome)
+        c = self._outcomes.get(key)
+        if c is None:
+            c = self.requests.labels(*key)
+            self._outcomes[key] = c
+        c.inc()
+
+    def routed_to(self, labels: tuple[str, str, str, str], tier: str) -> None:
+        """Count one routing decision."""
+        key = (*labels, tier)
+        c = self._routed.get(key)
+        if c is None:
+            c = self.routed.labels(*key)
+            self._routed[key] = c
+        c.inc()

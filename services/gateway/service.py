@@ -1,0 +1,494 @@
+"""The gateway's request path: authenticate, resolve, decide, route, proxy, account.
+
+:class:`Gateway` is shared by the gRPC API (:mod:`.grpc_api`) and the HTTP API
+(:mod:`.http_api`). It reads only in-memory views (auth, adapters, placement) — no
+database, broker or object-store call happens on a request — and hands
+completions and prewarm requests to :mod:`.emit`, which publishes them in the
+background.
+
+One request:
+
+1. validate the parameters (every problem reported at once) and the adapter name
+   (path-like names refused before any lookup);
+2. look the name up for the caller's tenant (own or shared adapters);
+3. resolve one immutable version (sticky canary split; the canary only once warm);
+4. :func:`~loraplane.gateway.budget.decide` on the workers serving its base model:
+   route HOT / WARM / cold-load, degrade to the base model, fail fast, or wait for a
+   cold-load slot;
+5. stream from the worker with the request's deadline, cancelling the worker call
+   when the caller goes away; a worker that is UNAVAILABLE before the first token
+   is avoided for a while and the request is re-planned once on another worker;
+6. record metrics and the completion (heat).
+
+The version resolved in step 3 travels with the request to the worker and comes
+back in the first message's ``resolved``; a pointer change while the stream runs
+does not affect it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from loraplane.gateway.auth import AuthView, Principal
+from loraplane.gateway.budget import (
+    CANARY,
+    CLASS_NAMES,
+    INTERACTIVE,
+    TIER_HOT,
+    TIER_NAMES,
+    BudgetConfig,
+    ClassBudget,
+    ColdPolicy,
+    Decision,
+    Degrade,
+    FailFast,
+    Route,
+    WaitForSlot,
+    decide,
+    least_loaded,
+)
+from loraplane.gateway.catalog import AdapterCatalog, VersionInfo
+from loraplane.gateway.emit import Completion, HeatEmitter, PrewarmRequester
+from loraplane.gateway.errors import (
+    AdapterCold,
+    ColdStartBudgetExceeded,
+    NoReleasedVersion,
+    NoWorker,
+    VersionNotReady,
+    from_rpc_error,
+)
+from loraplane.gateway.metrics import GatewayMetrics
+from loraplane.gateway.names import check_adapter_name, is_base_model
+from loraplane.gateway.placement import LocalLoad, PlacementView, WorkerView, worker_options
+from loraplane.gateway.resolution import resolve
+from loraplane.shared.errors import InvalidArgument, LoraplaneError
+from loraplane.v1 import common_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
+
+BASE_LABEL = "_base"
+"""``adapter`` metric label of base-model requests."""
+MAX_ROUTE_ATTEMPTS = 2
+"""Workers tried for one request when a worker is UNAVAILABLE before its first token."""
+MAX_STOP_STRINGS = 16
+"""Stop strings a request may carry."""
+MAX_REQUEST_KEY_CHARS = 256
+"""Longest request key (sticky canary split)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Request limits and defaults of the request path."""
+
+    max_tokens: int = 4096
+    """Largest ``max_tokens``."""
+    max_prompt_chars: int = 200_000
+    """Largest prompt."""
+    default_deadline_s: float = 120.0
+    """Deadline when the caller sets none."""
+    worker_suspect_s: float = 5.0
+    """How long a worker that answered UNAVAILABLE is avoided."""
+
+
+@dataclass(slots=True)
+class _Target:
+    """Where a request goes, decided before the stream starts."""
+
+    worker: WorkerView
+    tier: int
+    use_base: bool
+    cold_budget_ms: int
+    starts_load: bool
+    budget_exceeded: bool
+
+
+class WorkerStubs(Protocol):
+    """What :class:`Gateway` needs from :class:`~loraplane.gateway.workers.WorkerPool`."""
+
+    def stub(self, address: str) -> worker_pb2_grpc.WorkerInternalStub:
+        """The WorkerInternal stub for ``address``."""
+
+
+def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[str]:
+    """Every problem of a request's generation parameters (empty list: valid)."""
+    problems = []
+    if not req.prompt:
+        problems.append("prompt must not be empty")
+    elif len(req.prompt) > limits.max_prompt_chars:
+        problems.append(f"prompt longer than {limits.max_prompt_chars} characters")
+    if req.max_tokens < 0 or req.max_tokens > limits.max_tokens:
+        problems.append(f"max_tokens must be within 0..{limits.max_tokens}")
+    if req.HasField("temperature") and not (0.0 <= req.temperature <= 2.0):
+        problems.append("temperature must be within 0..2")
+    if req.HasField("top_p") and not (0.0 < req.top_p <= 1.0):
+        problems.append("top_p must be within (0, 1]")
+    if req.request_class not in CLASS_NAMES:
+        problems.append(f"unknown request_class {req.request_class}")
+    if len(req.request_key) > MAX_REQUEST_KEY_CHARS:
+        problems.append(f"request_key longer than {MAX_REQUEST_KEY_CHARS} characters")
+    if len(req.stop) > MAX_STOP_STRINGS or any(not s for s in req.stop):
+        problems.append(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings")
+    for value in (req.temperature, req.top_p):
+        if math.isnan(value):
+            problems.append("temperature and top_p must be numbers")
+            break
+    return problems
+
+
+def new_request_id() -> str:
+    """A fresh request id (UUID4 hex)."""
+    return uuid.uuid4().hex
+
+
+class Gateway:
+    """The request path over the in-memory views."""
+
+    def __init__(
+        self,
+        *,
+        auth: AuthView,
+        catalog: AdapterCatalog,
+        placement: PlacementView,
+        local: LocalLoad,
+        workers: WorkerStubs,
+        heat: HeatEmitter,
+        prewarm: PrewarmRequester,
+        metrics: GatewayMetrics,
+        budgets: BudgetConfig,
+        limits: Limits = Limits(),
+        default_base_model: str = "",
+        on_incomplete: Callable[[str, str, str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Wire the request path to its views and sinks (see the module doc)."""
+        self.auth = auth
+        self.catalog = catalog
+        self.placement = placement
+        self.local = local
+        self.workers = workers
+        self.heat = heat
+        self.prewarm = prewarm
+        self.metrics = metrics
+        self.budgets = budgets
+        self.limits = limits
+        self.default_base_model = default_base_model
+        self._on_incomplete = on_incomplete
+        self._clock = clock
+        self._monotonic = monotonic
+        self._suspect: dict[str, float] = {}
+        self._changed = asyncio.Event()
+        placement.on_change(self._wake)
+        local.on_slot_freed(self._wake)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _wake(self) -> None:
+        """Wake every request waiting for a load slot or a placement change."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The caller of an API key (counts refusals)."""
+        try:
+            return self.auth.authenticate(token)
+        except LoraplaneError as exc:
+            self.metrics.refused.labels(getattr(exc, "code", exc.grpc_code.name.lower())).inc()
+            raise
+
+    def _excluded(self) -> frozenset[str]:
+        if not self._suspect:
+            return frozenset()
+        now = self._monotonic()
+        for wid in [w for w, until in self._suspect.items() if until <= now]:
+            del self._suspect[wid]
+        return frozenset(self._suspect)
+
+    def _base_model_of(self, req: inference_pb2.GenerateRequest) -> str:
+        if req.base_model:
+            return req.base_model
+        if self.default_base_model:
+            return self.default_base_model
+        served = self.placement.base_models()
+        if len(served) == 1:
+            return next(iter(served))
+        raise InvalidArgument(f"base_model is required; served: {sorted(served)}")
+
+    # ------------------------------------------------------------------ planning
+
+    async def _plan(
+        self,
+        info: VersionInfo,
+        budget: ClassBudget,
+        request_class: int,
+        started: float,
+        exclude: frozenset[str],
+    ) -> _Target:
+        """Decide where the version is served; waits for a cold-load slot when told to."""
+        while True:
+            workers = self.placement.routable(info.base_model)
+            options = worker_options(workers, self.local, info.engine_id, exclude=exclude)
+            elapsed_ms = (self._monotonic() - started) * 1000.0
+            remaining = budget.budget_ms - elapsed_ms
+            decision: Decision = decide(options, budget, remaining, self.placement.estimates())
+            plan = decision.plan
+            if decision.prewarm:
+                self.prewarm.request(info.ref(), info.engine_id, request_class, "cold_miss")
+            if isinstance(plan, Route):
+                worker = next(w for w in workers if w.worker_id == plan.worker_id)
+                return _Target(worker, plan.tier, False, plan.cold_budget_ms, plan.starts_load,
+                               False)
+            if isinstance(plan, Degrade):
+                worker = next(w for w in workers if w.worker_id == plan.worker_id)
+                return _Target(worker, self.placement.tier(worker.worker_id, info.engine_id),
+                               True, 0, False, True)
+            if isinstance(plan, WaitForSlot):
+                changed = self._changed
+                try:
+                    await asyncio.wait_for(changed.wait(), max(0.0, remaining) / 1000.0)
+                except TimeoutError:
+                    pass
+                continue
+            assert isinstance(plan, FailFast)
+            if not options:
+                raise NoWorker(plan.reason, retry_after_s=plan.retry_after_s)
+            if plan.exhausted:
+                raise ColdStartBudgetExceeded(plan.reason, retry_after_s=plan.retry_after_s)
+            raise AdapterCold(plan.reason, retry_after_s=plan.retry_after_s)
+
+    def _plan_base(self, base_model: str, exclude: frozenset[str]) -> _Target:
+        workers = [w for w in self.placement.routable(base_model) if w.worker_id not in exclude]
+        if not workers:
+            raise NoWorker(f"no ready worker serves base model {base_model!r}", retry_after_s=1.0)
+        options = worker_options(workers, self.local, 0)
+        chosen = least_loaded(options).worker_id
+        worker = next(w for w in workers if w.worker_id == chosen)
+        return _Target(worker, TIER_HOT, True, 0, False, False)
+
+    # ------------------------------------------------------------------ request path
+
+    async def generate(
+        self,
+        principal: Principal,
+        req: inference_pb2.GenerateRequest,
+        *,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
+        """Serve one request; yields the worker's stream with ``resolved`` on the first message.
+
+        Raises a :class:`~loraplane.shared.errors.LoraplaneError` (classified) on refusal.
+        """
+        started = self._monotonic()
+        rid = request_id or new_request_id()
+        problems = validate_params(req, self.limits)
+        base_request = is_base_model(req.adapter)
+        if not base_request:
+            try:
+                check_adapter_name(req.adapter)
+            except InvalidArgument as exc:
+                problems.append(exc.message)
+        if problems:
+            self.metrics.refused.labels("invalid_argument").inc()
+            raise InvalidArgument("; ".join(problems))
+        request_class = req.request_class or INTERACTIVE
+        klass = CLASS_NAMES[request_class]
+        timeout = timeout_s if timeout_s is not None else self.limits.default_deadline_s
+
+        info: VersionInfo | None = None
+        canary = False
+        if base_request:
+            base_model = self._base_model_of(req)
+            ref = common_pb2.AdapterRef(tenant_id=principal.tenant_id, base_model=base_model)
+            labels = (principal.tenant_id, BASE_LABEL, base_model, klass)
+        else:
+            try:
+                entry = self.catalog.lookup(principal.tenant_id, req.adapter)
+            except LoraplaneError as exc:
+                self.metrics.refused.labels(getattr(exc, "code", "lookup")).inc()
+                raise
+            release = entry.release
+            canary_info = entry.versions.get(release.canary) if release.canary else None
+            canary_warm = canary_info is not None and self.placement.is_warm(
+                canary_info.base_model or entry.base_model, canary_info.engine_id
+            )
+            resolution = resolve(
+                release, req.request_key or rid, request_class, canary_warm=canary_warm
+            )
+            if resolution is None:
+                raise NoReleasedVersion(f"adapter {req.adapter!r} has no released version")
+            if resolution.canary_held_back and canary_info is not None:
+                self.prewarm.request(
+                    canary_info.ref(), canary_info.engine_id, CANARY, "canary_not_warm"
+                )
+            info = entry.versions.get(resolution.version)
+            if info is None or not info.complete or info.retired:
+                if self._on_incomplete is not None and (info is None or not info.complete):
+                    self._on_incomplete(release.tenant_id, release.name, resolution.version)
+                raise VersionNotReady(
+                    f"version {resolution.version} of {req.adapter!r} is not routable yet",
+                    retry_after_s=1.0,
+                )
+            canary = resolution.canary
+            base_model = info.base_model or entry.base_model
+            ref = info.ref()
+            labels = (release.tenant_id, release.name, resolution.version, klass)
+
+        series = self.metrics.series(*labels)
+        budget = (
+            self.budgets.for_request(ref.tenant_id, ref.adapter_name, request_class)
+            if info is not None
+            else ClassBudget(budget_ms=0, on_cold=ColdPolicy.FAIL_FAST)
+        )
+        exclude = self._excluded()
+        outcome = "ok"
+        status = grpc.StatusCode.OK
+        target: _Target | None = None
+        first_at = 0.0
+        prompt_tokens = output_tokens = 0
+        try:
+            for attempt in range(MAX_ROUTE_ATTEMPTS):
+                if info is None:
+                    target = self._plan_base(base_model, exclude)
+                else:
+                    target = await self._plan(info, budget, request_class, started, exclude)
+                if target.budget_exceeded:
+                    series.budget_exceeded.inc()
+                self.metrics.routed_to(labels, TIER_NAMES.get(target.tier, "unspecified"))
+                wreq = self._worker_request(rid, req, request_class, ref, info, base_model,
+                                            target, started + timeout)
+                wid = target.worker.worker_id
+                call = self.workers.stub(target.worker.address).Generate(
+                    wreq, timeout=max(0.001, started + timeout - self._monotonic())
+                )
+                self.local.begin(wid)
+                if target.starts_load and info is not None:
+                    self.local.start_load(wid, info.engine_id)
+                load_open = target.starts_load
+                try:
+                    first = True
+                    async for msg in call:
+                        if first:
+                            first = False
+                            first_at = self._monotonic()
+                            if load_open and info is not None:
+                                load_open = False
+                                self.local.finish_load(wid, info.engine_id)
+                            self._stamp(msg, ref, target, canary, rid)
+                        if msg.finished:
+                            prompt_tokens = msg.usage.prompt_tokens
+                            output_tokens = msg.usage.output_tokens
+                            msg.usage.ttft_ms = (first_at - started) * 1000.0
+                            msg.usage.duration_ms = (self._monotonic() - started) * 1000.0
+                        yield msg
+                    break
+                except grpc.aio.AioRpcError as err:
+                    if (
+                        err.code() == grpc.StatusCode.UNAVAILABLE
+                        and first_at == 0.0
+                        and attempt + 1 < MAX_ROUTE_ATTEMPTS
+                    ):
+                        self._suspect[wid] = self._monotonic() + self.limits.worker_suspect_s
+                        exclude = exclude | {wid}
+                        continue
+                    raise from_rpc_error(err, wid) from None
+                finally:
+                    if not call.done():
+                        call.cancel()
+                    self.local.end(wid)
+                    if load_open and info is not None:
+                        self.local.finish_load(wid, info.engine_id)
+            if target is not None and target.use_base and info is not None:
+                outcome = "degraded"
+                series.degraded.inc()
+        except LoraplaneError as exc:
+            status = exc.grpc_code
+            outcome = status.name.lower()
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            status = grpc.StatusCode.CANCELLED
+            outcome = "cancelled"
+            raise
+        finally:
+            end = self._monotonic()
+            self.metrics.outcome(labels, outcome)
+            if first_at:
+                series.ttft.observe(first_at - started)
+            series.duration.observe(end - started)
+            if info is not None or target is not None:
+                self.heat.record(
+                    Completion(
+                        adapter=ref,
+                        request_id=rid,
+                        worker_id=target.worker.worker_id if target is not None else "",
+                        request_class=request_class,
+                        tier_at_arrival=target.tier if target is not None else 0,
+                        ttft_ms=(first_at - started) * 1000.0 if first_at else 0.0,
+                        duration_ms=(end - started) * 1000.0,
+                        prompt_tokens=prompt_tokens,
+                        output_tokens=output_tokens,
+                        status_code=status.value[0],
+                        degraded_to_base=bool(target is not None and target.use_base
+                                              and info is not None),
+                        engine_id=info.engine_id if info is not None else 0,
+                        at=self._clock(),
+                    )
+                )
+
+    def _worker_request(
+        self,
+        rid: str,
+        req: inference_pb2.GenerateRequest,
+        request_class: int,
+        ref: common_pb2.AdapterRef,
+        info: VersionInfo | None,
+        base_model: str,
+        target: _Target,
+        deadline_monotonic: float,
+    ) -> worker_pb2.WorkerGenerateRequest:
+        wreq = worker_pb2.WorkerGenerateRequest(
+            request_id=rid,
+            params=req,
+            request_class=request_class,  # type: ignore[arg-type]
+            cold_budget_ms=target.cold_budget_ms,
+            use_base=target.use_base,
+            base_model=base_model,
+        )
+        if info is not None:
+            wreq.adapter.CopyFrom(ref)
+            wreq.engine_id = info.engine_id
+            wreq.sha256 = info.sha256
+            wreq.artifact_uri = info.artifact_uri
+            wreq.rank = info.rank
+            wreq.size_bytes = info.size_bytes
+        wreq.deadline.FromNanoseconds(
+            int((self._clock() + (deadline_monotonic - self._monotonic())) * 1e9)
+        )
+        return wreq
+
+    @staticmethod
+    def _stamp(
+        msg: inference_pb2.GenerateResponse,
+        ref: common_pb2.AdapterRef,
+        target: _Target,
+        canary: bool,
+        rid: str,
+    ) -> None:
+        """Fill ``resolved`` on the first message (the worker's tier is kept when it knows)."""
+        resolved = msg.resolved
+        worker_tier = resolved.tier_at_arrival
+        resolved.adapter.CopyFrom(ref)
+        resolved.degraded_to_base = target.use_base and bool(ref.adapter_name)
+        resolved.canary = canary
+        resolved.worker_id = target.worker.worker_id
+        resolved.request_id = rid
+        resolved.tier_at_arrival = (  # type: ignore[assignment]
+            worker_tier if worker_tier and not target.use_base else target.tier
+        )
+

@@ -1,0 +1,116 @@
+"""Gateway settings (pydantic-settings): ports, upstream addresses, budgets, limits.
+
+Loaded once in :mod:`loraplane.gateway.__main__` and passed down. Service-specific
+variables use the ``LORAPLANE_GATEWAY_`` prefix; the addresses of the other
+services use the names the ``make run`` supervisor exports
+(``LORAPLANE_REGISTRY_ADDR``, ``LORAPLANE_CACHE_MANAGER_GRPC_PORT``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from loraplane.gateway.budget import BudgetConfig, load_budget_config
+from loraplane.shared.settings import CommonSettings
+
+
+class GatewaySettings(CommonSettings):
+    """Everything the gateway process needs; defaults suit the ``make run`` stack."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LORAPLANE_GATEWAY_", extra="ignore", validate_by_name=True, validate_by_alias=True
+    )
+
+    grpc_port: int = 19055
+    """Port of the public gRPC API (``loraplane.v1.Inference``)."""
+    http_port: int = 19056
+    """Port of the OpenAI-compatible HTTP API (0 = disabled)."""
+    metrics_port: int = 19065
+    """Port of ``/metrics`` (0 = disabled)."""
+    bind_host: str = "127.0.0.1"
+    """Interface the public APIs bind to."""
+
+    registry_addr: str = Field(
+        default="127.0.0.1:19051",
+        validation_alias=AliasChoices("LORAPLANE_GATEWAY_REGISTRY_ADDR", "LORAPLANE_REGISTRY_ADDR"),
+    )
+    """host:port of the registry admin API (bootstrap of the adapter view)."""
+    registry_token: str = Field(
+        default="",
+        validation_alias=AliasChoices(
+            "LORAPLANE_GATEWAY_REGISTRY_TOKEN", "LORAPLANE_REGISTRY_OPERATOR_TOKEN"
+        ),
+    )
+    """Bearer token for the registry admin API (read-only calls)."""
+    cache_manager_grpc_port: int = Field(
+        default=19053,
+        validation_alias=AliasChoices("LORAPLANE_CACHE_MANAGER_GRPC_PORT"),
+    )
+    """Port of the cache manager's read API (used when ``cache_manager_addr`` is empty)."""
+    cache_manager_addr: str = Field(
+        default="",
+        validation_alias=AliasChoices(
+            "LORAPLANE_GATEWAY_CACHE_MANAGER_ADDR", "LORAPLANE_CACHE_MANAGER_ADDR"
+        ),
+    )
+    """host:port of the cache manager (bootstrap of the placement view)."""
+    bootstrap: bool = True
+    """Read the registry and cache manager at start (off in tests fed by events only)."""
+    bootstrap_timeout_s: float = Field(default=10.0, gt=0)
+    """How long one bootstrap attempt may take before the gateway serves from events."""
+    consume_events: bool = True
+    """Feed the views from Kafka (off in tests that feed them directly)."""
+
+    default_base_model: str = Field(
+        default="",
+        validation_alias=AliasChoices("LORAPLANE_GATEWAY_DEFAULT_BASE_MODEL", "LORAPLANE_BASE_MODEL"),
+    )
+    """Base model of base-model requests that name none ("" = the only one served)."""
+    budgets_file: Path | None = None
+    """YAML file with cold-start budgets and degrade policy (see :mod:`.budget`)."""
+    budgets: BudgetConfig = Field(default_factory=BudgetConfig)
+    """Budgets in effect (from ``budgets_file`` when set, else the defaults)."""
+    shares: dict[str, list[str]] = Field(default_factory=dict)
+    """Adapters shared across tenants: ``{"tenant": ["owner/name", ...]}`` (JSON in env)."""
+
+    max_cold_loads_per_worker: int = Field(default=2, ge=1)
+    """Concurrent cold loads the gateway starts on one worker."""
+    warm_load_estimate_ms: float = Field(default=50.0, ge=0)
+    """Initial estimate of a WARM → HOT load (refined from ``AdapterLoaded`` reports)."""
+    cold_load_estimate_ms: float = Field(default=2000.0, ge=0)
+    """Initial estimate of a COLD → HOT load (refined from ``AdapterLoaded`` reports)."""
+    worker_stale_after_s: float = Field(default=60.0, gt=0)
+    """A worker not heard of for this long is not routed to."""
+    worker_suspect_s: float = Field(default=5.0, ge=0)
+    """After a worker answered UNAVAILABLE, avoid it for this long."""
+    default_deadline_s: float = Field(default=120.0, gt=0)
+    """Deadline of a request whose caller set none."""
+    max_tokens_limit: int = Field(default=4096, gt=0)
+    """Largest ``max_tokens`` a request may ask for."""
+    max_prompt_chars: int = Field(default=200_000, gt=0)
+    """Largest prompt accepted, in characters."""
+
+    heat_flush_interval_s: float = Field(default=1.0, gt=0)
+    """How often completed requests are published as ``HeatBatch`` events."""
+    heat_max_batch: int = Field(default=500, ge=1)
+    """Largest number of completions in one ``HeatBatch``."""
+    heat_max_pending: int = Field(default=100_000, ge=1)
+    """Completions kept while Kafka is slow; beyond, new ones are dropped and counted."""
+    prewarm_dedupe_s: float = Field(default=5.0, ge=0)
+    """One ``PrewarmRequested`` per version within this window."""
+
+    @model_validator(mode="after")
+    def _derive(self) -> GatewaySettings:
+        if not self.cache_manager_addr:
+            self.cache_manager_addr = f"127.0.0.1:{self.cache_manager_grpc_port}"
+        if self.budgets_file is not None:
+            self.budgets = load_budget_config(self.budgets_file)
+        return self
+
+    @property
+    def producer_id(self) -> str:
+        """``gateway/<instance>`` for event envelopes."""
+        return f"gateway/{self.instance_id or 'gateway-0'}"

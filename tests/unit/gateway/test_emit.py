@@ -1,0 +1,105 @@
+"""Heat batches and prewarm requests: batching per adapter, bounds, retries, dedupe."""
+
+from __future__ import annotations
+
+from google.protobuf.message import Message
+
+from loraplane.gateway.emit import Completion, HeatEmitter, PrewarmRequester
+from loraplane.shared import topics
+from loraplane.v1 import common_pb2, events_pb2
+
+
+class Recorder:
+    def __init__(self, fail: int = 0) -> None:
+        self.sent: list[tuple[str, Message]] = []
+        self.fail = fail
+
+    async def publish(self, topic: str, msg: Message) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("broker down")
+        topics.key_for(topic, msg)  # the message must fit its topic
+        self.sent.append((topic, msg))
+
+
+def completion(name: str, i: int, version: str = "v1") -> Completion:
+    return Completion(
+        adapter=common_pb2.AdapterRef(tenant_id="acme", adapter_name=name, version=version,
+                                      base_model="tiny"),
+        request_id=f"r{i}", worker_id="w1", request_class=common_pb2.REQUEST_CLASS_INTERACTIVE,
+        tier_at_arrival=common_pb2.TIER_HOT, ttft_ms=1.5, duration_ms=3.0, prompt_tokens=2,
+        output_tokens=4, status_code=0, degraded_to_base=False, engine_id=11, at=1_700_000_000.5,
+    )
+
+
+async def test_one_batch_per_adapter_in_order() -> None:
+    rec = Recorder()
+    heat = HeatEmitter(rec, producer="gateway/t", source_id="g", max_batch=3)
+    for i in range(5):
+        heat.record(completion("support", i, version="v1" if i % 2 else "v2"))
+    heat.record(completion("code", 9))
+    assert heat.pending == 6
+    assert await heat.flush() == 6
+    batches = [m for _, m in rec.sent]
+    assert all(t == topics.ADAPTER_HEAT for t, _ in rec.sent)
+    assert all(isinstance(b, events_pb2.HeatBatch) for b in batches)
+    support = [b for b in batches if b.meta.adapter.adapter_name == "support"]
+    assert [len(b.completions) for b in support] == [3, 2]
+    ids = [c.request_id for b in support for c in b.completions]
+    assert ids == ["r0", "r1", "r2", "r3", "r4"]
+    first = support[0].completions[0]
+    assert first.meta.adapter.version == "v2" and first.engine_id == 11
+    assert first.meta.occurred_at.seconds == 1_700_000_000
+    assert heat.pending == 0 and heat.published == 6
+
+
+async def test_failed_publish_keeps_completions_for_the_next_flush() -> None:
+    rec = Recorder(fail=1)
+    heat = HeatEmitter(rec, producer="gateway/t", source_id="g")
+    heat.record(completion("support", 1))
+    try:
+        await heat.flush()
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("the publish error must surface")
+    assert heat.pending == 1
+    assert await heat.flush() == 1
+
+
+async def test_pending_is_bounded_and_drops_are_counted() -> None:
+    heat = HeatEmitter(Recorder(), producer="gateway/t", source_id="g", max_pending=2)
+    for i in range(5):
+        heat.record(completion("support", i))
+    assert (heat.pending, heat.dropped) == (2, 3)
+
+
+async def test_prewarm_is_deduplicated_per_version_and_window() -> None:
+    now = [100.0]
+    rec = Recorder()
+    pre = PrewarmRequester(rec, producer="gateway/t", dedupe_s=5, clock=lambda: now[0])
+    ref = common_pb2.AdapterRef(tenant_id="acme", adapter_name="support", version="v2",
+                                base_model="tiny")
+    other = common_pb2.AdapterRef(tenant_id="acme", adapter_name="support", version="v3")
+    assert pre.request(ref, 12, common_pb2.REQUEST_CLASS_INTERACTIVE, "cold_miss")
+    assert not pre.request(ref, 12, common_pb2.REQUEST_CLASS_INTERACTIVE, "cold_miss")
+    assert pre.request(other, 13, common_pb2.REQUEST_CLASS_INTERACTIVE, "cold_miss")
+    now[0] = 106.0
+    assert pre.request(ref, 12, common_pb2.REQUEST_CLASS_CANARY, "canary_not_warm")
+    assert await pre.flush() == 3
+    msgs = [m for t, m in rec.sent if t == topics.ADAPTER_PREWARM]
+    assert [(m.meta.adapter.version, m.reason) for m in msgs] == [
+        ("v2", "cold_miss"), ("v3", "cold_miss"), ("v2", "canary_not_warm")]
+    assert msgs[0].engine_id == 12
+
+
+async def test_prewarm_publish_failure_keeps_the_queue() -> None:
+    rec = Recorder(fail=1)
+    pre = PrewarmRequester(rec, producer="gateway/t")
+    pre.request(common_pb2.AdapterRef(tenant_id="acme", adapter_name="a", version="v"), 1, 1, "x")
+    try:
+        await pre.flush()
+    except ConnectionError:
+        pass
+    assert pre.pending == 1
+    assert await pre.flush() == 1
