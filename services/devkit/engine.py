@@ -1,0 +1,184 @@
+"""Start and drive a vLLM ``AsyncLLM`` on the tiny model (CPU wheel or GPU).
+
+Reusable pieces for the smoke test and the inference worker:
+
+* :class:`EngineOptions`: the engine's LoRA capacity and limits (the numbers
+  the cache manager plans with: ``max_loras`` GPU slots, ``max_cpu_loras``);
+* :func:`engine_environment`: the environment variables vLLM reads (offline
+  hub, CPU KV-cache size); set them before the engine starts, since its worker
+  processes inherit them;
+* :func:`start_engine` / :func:`shutdown_engine`: start in a thread (~15–20 s,
+  the event loop stays free) and stop (the engine-core process is a child);
+* :func:`lora_request` and :func:`generate_greedy`.
+
+vLLM is imported lazily: importing this module costs nothing. vLLM starts its
+engine-core process with ``spawn`` (on CPU and when CUDA is initialised), so a
+script that starts an engine must guard its entry point with
+``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loraplane.devkit.model import MODEL_NAME
+
+if TYPE_CHECKING:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.lora.request import LoRARequest
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+
+VLLM_LORA_RANKS = frozenset({1, 8, 16, 32, 64, 128, 256, 320, 512})
+"""Values vLLM 0.32 accepts for ``max_lora_rank``."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Engine settings that matter to the control plane."""
+
+    max_loras: int = 2
+    """Adapters resident in the engine at once (HOT slots)."""
+    max_lora_rank: int = 16
+    """Largest rank accepted; a larger adapter sent to ``generate`` kills the engine."""
+    max_cpu_loras: int = 4
+    """Adapters vLLM caches in host memory (LRU, evicted silently); >= ``max_loras``."""
+    max_model_len: int = 512
+    """Longest sequence (prompt + output)."""
+    dtype: str = "float32"
+    """Weights/activations dtype (float32 on CPU)."""
+    enforce_eager: bool = True
+    """No CUDA graphs / compilation (fast start)."""
+    served_model_name: str = MODEL_NAME
+    """Name the engine reports for the base model."""
+    cpu_kv_cache_gib: int = 1
+    """``VLLM_CPU_KVCACHE_SPACE`` (GiB) on the CPU backend."""
+    seed: int = 0
+    """Engine sampling seed."""
+
+    def __post_init__(self) -> None:
+        if self.max_cpu_loras < self.max_loras:
+            raise ValueError("max_cpu_loras must be >= max_loras")
+        if min(self.max_loras, self.max_model_len) < 1:
+            raise ValueError("engine limits must be positive")
+        if self.max_lora_rank not in VLLM_LORA_RANKS:
+            raise ValueError(f"vLLM accepts max_lora_rank in {sorted(VLLM_LORA_RANKS)}")
+
+
+def engine_environment(options: EngineOptions) -> dict[str, str]:
+    """Environment variables the engine (and its child processes) need."""
+    return {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_CPU_KVCACHE_SPACE": str(options.cpu_kv_cache_gib),
+    }
+
+
+def engine_args(model_dir: Path, options: EngineOptions) -> AsyncEngineArgs:
+    """``AsyncEngineArgs`` for the model in ``model_dir`` with LoRA enabled."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return AsyncEngineArgs(
+        model=str(model_dir),
+        tokenizer=str(model_dir),
+        served_model_name=[options.served_model_name],
+        dtype=options.dtype,  # type: ignore[arg-type]
+        enable_lora=True,
+        max_loras=options.max_loras,
+        max_lora_rank=options.max_lora_rank,  # type: ignore[arg-type]  # checked above
+        max_cpu_loras=options.max_cpu_loras,
+        max_model_len=options.max_model_len,
+        enforce_eager=options.enforce_eager,
+        seed=options.seed,
+        disable_log_stats=True,
+    )
+
+
+@dataclass
+class StartedEngine:
+    """A running engine and how long it took to start."""
+
+    engine: AsyncLLM
+    start_seconds: float
+
+
+def _build(model_dir: Path, options: EngineOptions, env: Mapping[str, str]) -> AsyncLLM:
+    os.environ.update(env)
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(engine_args(model_dir, options))
+
+
+async def start_engine(model_dir: Path, options: EngineOptions | None = None) -> StartedEngine:
+    """Start an ``AsyncLLM`` in a worker thread (the loop keeps running meanwhile).
+
+    Sets :func:`engine_environment` in ``os.environ`` first (vLLM reads its
+    settings from the environment, and the engine-core child inherits them).
+    """
+    options = options or EngineOptions()
+    env = engine_environment(options)
+    started = time.perf_counter()
+    # Hand the engine back through a box, not as the thread's result: the thread
+    # pool's futures keep their results alive, and an AsyncLLM still referenced at
+    # interpreter exit fails in its __del__.
+    box: list[AsyncLLM] = []
+    await asyncio.to_thread(lambda: box.append(_build(model_dir, options, env)))
+    return StartedEngine(box.pop(), time.perf_counter() - started)
+
+
+def shutdown_engine(engine: AsyncLLM, timeout: float = 30.0) -> None:
+    """Stop the engine and its engine-core process."""
+    engine.shutdown(timeout=timeout)
+
+
+def lora_request(lora_id: int, name: str, path: Path) -> LoRARequest:
+    """A ``LoRARequest``; ``lora_id`` must be a stable id > 0 (from the registry)."""
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=str(path))
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Result of one greedy generation."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str | None
+
+
+async def generate_greedy(
+    engine: AsyncLLM,
+    prompt: str,
+    *,
+    max_tokens: int = 16,
+    lora: LoRARequest | None = None,
+    ignore_eos: bool = True,
+    request_id: str | None = None,
+) -> Generation:
+    """Greedy (temperature 0) completion of ``prompt``; fixed length by default."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    final: Any = None
+    async for output in engine.generate(
+        prompt, params, request_id=request_id or uuid.uuid4().hex, lora_request=lora
+    ):
+        final = output
+    if final is None or not final.outputs:
+        raise RuntimeError("engine returned no output")
+    completion = final.outputs[0]
+    return Generation(
+        text=completion.text,
+        token_ids=tuple(completion.token_ids),
+        finish_reason=completion.finish_reason,
+    )
