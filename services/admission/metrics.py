@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from loraplane.shared.metrics import _PerRegistry
+from loraplane.shared.metrics import PerRegistry
 
 CHECK_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -12,7 +12,7 @@ CHECK_BUCKETS: tuple[float, ...] = (
 """Seconds: one check of a tiny adapter takes ~1 ms, a full 7B adapter a few seconds."""
 
 
-class AdmissionMetrics(_PerRegistry):
+class AdmissionMetrics(PerRegistry):
     """Verdicts by result and reason, check durations, bytes verified, consumer health."""
 
     def __init__(self, registry: CollectorRegistry) -> None:

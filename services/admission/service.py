@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -53,10 +54,24 @@ class DependencyDown(Unavailable):
         self.dependency = dependency
 
 
-def expected_location(prefix: str, claim: ReleaseClaim) -> str:
-    """The registry's key prefix for a version: ``<prefix>/<tenant>/<name>/<version>/<sha>/``."""
-    root = "/".join(s for s in prefix.strip("/").split("/") if s)
-    return f"{root}/{claim.tenant_id}/{claim.adapter_name}/{claim.version}/{claim.sha256}/"
+DIGEST_SEGMENT_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def layout_problems(prefix: str, claim: ReleaseClaim, root: S3Location) -> list[Problem]:
+    """The registry's layout: ``<prefix>/<tenant>/<name>/<version>/<content digest>/``.
+
+    The last segment is the registry's content address of the uploaded files (it equals
+    the manifest digest only when the signature covers exactly those files, so it is not
+    compared with ``sha256`` here: the signature check does that).
+    """
+    base = [s for s in prefix.strip("/").split("/") if s]
+    want = [*base, claim.tenant_id, claim.adapter_name, claim.version]
+    parts = root.key.rstrip("/").split("/")
+    if parts[:-1] == want and DIGEST_SEGMENT_RE.match(parts[-1]):
+        return []
+    return [Problem(SOURCE_NOT_ALLOWED, "artifact_uri is not the registry's location for "
+                    f"this version (s3://{root.bucket}/{'/'.join(want)}/<sha256>/)",
+                    "artifact_uri")]
 
 
 def verdict_key(release: events_pb2.AdapterReleased) -> VerdictKey:
@@ -153,11 +168,7 @@ class Admitter:
             claim.artifact_uri, claim.signature_uri, tenant_id=claim.tenant_id,
             bucket=s.artifact_bucket, prefix=s.admission_artifact_prefix)
         if root is not None and s.admission_exact_layout:
-            want = expected_location(s.admission_artifact_prefix, claim)
-            if root.key != want:
-                problems = [Problem(SOURCE_NOT_ALLOWED, f"artifact_uri is not the registry's "
-                                    f"location for this version (s3://{root.bucket}/{want})",
-                                    "artifact_uri")]
+            problems = layout_problems(s.admission_artifact_prefix, claim, root)
         source = CheckOutcome("source", tuple(problems), self.timer() - t)
         if problems or root is None or sig is None:
             return Verdict((source,)), 0

@@ -32,8 +32,8 @@ class AdmissionSettings(CommonSettings):
     """First key segment(s) of artifacts in the bucket; the registry's
     ``loraplane.registry.grammar.ARTIFACT_ROOT``."""
     admission_exact_layout: bool = True
-    """Also require the registry's exact location
-    ``<prefix>/<tenant>/<name>/<version>/<sha256>/`` for each version."""
+    """Also require the registry's exact layout
+    ``<prefix>/<tenant>/<name>/<version>/<content digest>/`` for each version."""
     admission_catalogue_path: Path = REPO_ROOT / "config" / "base_models.yaml"
     """Catalogue of served base models."""
     admission_platform_keys_dir: Path | None = REPO_ROOT / ".loraplane" / "models" / "keys"

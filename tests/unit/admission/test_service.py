@@ -289,3 +289,27 @@ async def test_consumer_publishes_keyed_verdicts_and_skips_garbage(
     assert ("x-proto-type", b"loraplane.v1.AdmissionEvent") in hdrs
     assert events_pb2.AdmissionEvent.FromString(value).WhichOneof("verdict") == "admitted"
     assert consumer.outcomes == {"decided": 1, "replayed": 1, "skipped": 2}
+
+
+def test_registry_layout_matches_the_registry_grammar() -> None:
+    from loraplane.admission.checks.source import check_location
+    from loraplane.admission.claim import ReleaseClaim
+    from loraplane.admission.service import layout_problems
+    from loraplane.registry.grammar import ARTIFACT_ROOT, artifact_prefix, artifact_uri
+
+    assert AdmissionSettings().admission_artifact_prefix == ARTIFACT_ROOT
+    digest = "a" * 64
+    uri = artifact_uri(BUCKET, artifact_prefix("acme", "support", "v1", digest))
+    claim = ReleaseClaim("acme", "support", "v1", "m", 8, (), 0, "peft", uri, "", "b" * 64, 0,
+                         "", "")
+    root, problems = check_location(uri, tenant_id="acme", bucket=BUCKET, prefix=ARTIFACT_ROOT,
+                                    directory=True)
+    assert problems == [] and root is not None
+    assert layout_problems(ARTIFACT_ROOT, claim, root) == []
+    for other in ("adapters/acme/support/v2/" + digest + "/", "adapters/acme/support/v1/xyz/",
+                  "adapters/acme/other/v1/" + digest + "/", "adapters/acme/support/v1/"):
+        loc, _ = check_location(f"s3://{BUCKET}/{other}", tenant_id="acme", bucket=BUCKET,
+                                prefix=ARTIFACT_ROOT, directory=True)
+        assert loc is not None
+        assert [p.code for p in layout_problems(ARTIFACT_ROOT, claim, loc)] == [
+            SOURCE_NOT_ALLOWED], other
