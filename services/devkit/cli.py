@@ -42,12 +42,12 @@ def build(
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    console.print(f"root        {manifest.root}")
-    console.print(f"base model  {manifest.base_model.name}  {manifest.base_model.dir}")
-    console.print(f"tokenizer   {manifest.base_model.tokenizer_revision}")
-    console.print(f"signer      {manifest.keys.identity}  ({manifest.keys.public_key})")
-    console.print(f"took        {elapsed:.1f}s (build {manifest.build_seconds:.1f}s)")
+    typer.echo(f"root        {manifest.root}")
+    typer.echo(f"base model  {manifest.base_model.name}  {manifest.base_model.dir}")
+    typer.echo(f"tokenizer   {manifest.base_model.tokenizer_revision}")
+    typer.echo(f"signer      {manifest.keys.identity}")
+    typer.echo(f"trusted key {manifest.keys.public_key}")
+    typer.echo(f"took        {elapsed:.1f}s (build {manifest.build_seconds:.1f}s when built)")
     table = Table("tenant", "adapter", "version", "rank", "targets", "bytes", "sha256")
     for a in (*manifest.adapters, manifest.zero_adapter):
         table.add_row(
@@ -59,7 +59,7 @@ def build(
             str(a.size_bytes),
             a.manifest_digest[:16],
         )
-    console.print(table)
+    Console(width=max(120, Console().width)).print(table)
 
 
 @app.command("catalogue")

@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import stat
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -293,7 +294,7 @@ def sign_directory(
         .use_file_serialization(hashing_algorithm="sha256", allow_symlinks=False)
         .set_ignored_paths(paths=sorted(excluded), ignore_git_paths=False)
     )
-    tmp = sig_path.with_name(f".{sig_path.name}.tmp-{os.getpid()}")
+    tmp = sig_path.with_name(f".{sig_path.name}.tmp-{uuid.uuid4().hex[:12]}")
     try:
         (
             ms_signing.Config()  # type: ignore[no-untyped-call]
