@@ -1,0 +1,685 @@
+"""From state to commands: policy plan + business rules + safety guards (pure).
+
+One planning round (:meth:`Planner.plan`):
+
+1. **Projection.** Start from the placement of every *commandable* worker
+   (alive, synced, ready) and apply the expected effect of every pending
+   command, so a load already on its way is never decided twice.
+2. **Policy.** Freeze that projection into a :class:`~loraplane.policy.snapshot.Snapshot`
+   (versions that may be loaded, statistics, capacities; versions that must go —
+   retired, rejected, unknown to the registry — are left out and their room is
+   subtracted) and ask the policy for a plan. Actions on one (worker, version)
+   are merged into one command (promote + pin → ``LOAD_HOT(pin)``, demote +
+   evict → ``EVICT``).
+3. **Business rules** (:mod:`~loraplane.cache_manager.rules`): drain and evict
+   versions that must go; keep canaries, rollback targets, prewarm requests and
+   scheduled windows HOT on enough workers (taking a free slot, else displacing
+   the coolest unprotected idle version); keep rollback targets WARM; load on
+   demand where a slot is free. A rule wins over the policy on the same key:
+   the policy may not demote what a rule requires HOT.
+4. **Guards.** Drop what is unsafe or not allowed now: a command for a key with
+   one in flight or backing off (:class:`~loraplane.cache_manager.tracker.CommandTracker`),
+   a load beyond a worker's slots, a pin that would leave no unpinned slot
+   (engine killer: every slot pinned), a rank above the engine's ``max_lora_rank``,
+   a base model the worker does not serve, a version without artifact; then cap
+   removals and loads per round.
+
+The result is an ordered list of :class:`~loraplane.cache_manager.model.CommandSpec`
+(what frees room first) plus notes for the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from loraplane.cache_manager.model import CommandKind, CommandSpec, Status, Tier, VersionRecord
+from loraplane.cache_manager.rules import RulesConfig
+from loraplane.cache_manager.state import State, WorkerView
+from loraplane.cache_manager.tracker import CommandTracker
+from loraplane.policy.config import PolicyConfig
+from loraplane.policy.cost import Bandwidths
+from loraplane.policy.online import CachePolicy
+from loraplane.policy.plan import ActionKind, Plan
+from loraplane.policy.predicates import max_pins, protection_of
+from loraplane.policy.score import hot_terms
+from loraplane.policy.snapshot import Snapshot, VersionMeta, WorkerState
+from loraplane.policy.stats import StatsView
+
+log = logging.getLogger(__name__)
+
+EMPTY_STATS = StatsView()
+
+
+# --------------------------------------------------------------------------- projection
+
+
+@dataclass(slots=True)
+class Slot:
+    """Projected placement of one version on one worker."""
+
+    tier: Tier
+    pinned: bool = False
+    in_flight: int = 0
+    loaded_at: float = 0.0
+
+
+@dataclass(slots=True)
+class Projection:
+    """Projected placement of one commandable worker."""
+
+    view: WorkerView
+    slots: dict[str, Slot] = field(default_factory=dict)
+
+    def hot_count(self, base_model: str, versions: dict[str, VersionRecord]) -> int:
+        """HOT versions of ``base_model`` here."""
+        return sum(
+            1 for v, s in self.slots.items()
+            if s.tier is Tier.HOT and _bm(versions, v, self.view) == base_model
+        )
+
+    def pinned_count(self, base_model: str, versions: dict[str, VersionRecord]) -> int:
+        """Pinned versions of ``base_model`` here."""
+        return sum(
+            1 for v, s in self.slots.items()
+            if s.tier is Tier.HOT and s.pinned and _bm(versions, v, self.view) == base_model
+        )
+
+    def used_bytes(self, versions: dict[str, VersionRecord]) -> int:
+        """Host bytes of every resident version."""
+        return sum(_size(versions, v, self.view) for v in self.slots)
+
+    def apply(self, kind: CommandKind, vid: str, pin: bool = False) -> None:
+        """Apply the expected effect of a command."""
+        s = self.slots.get(vid)
+        if kind is CommandKind.LOAD_HOT:
+            if s is None:
+                s = Slot(Tier.HOT)
+                self.slots[vid] = s
+            s.tier = Tier.HOT
+            s.pinned = s.pinned or pin
+        elif kind is CommandKind.LOAD_WARM:
+            if s is None:
+                self.slots[vid] = Slot(Tier.WARM)
+        elif kind is CommandKind.DEMOTE:
+            if s is not None:
+                s.tier = Tier.WARM
+                s.pinned = False
+        elif kind is CommandKind.EVICT:
+            self.slots.pop(vid, None)
+        elif kind is CommandKind.PIN:
+            if s is not None and s.tier is Tier.HOT:
+                s.pinned = True
+        elif kind is CommandKind.UNPIN and s is not None:
+            s.pinned = False
+
+
+def _bm(versions: dict[str, VersionRecord], vid: str, view: WorkerView) -> str:
+    rec = versions.get(vid)
+    if rec is not None:
+        return rec.ref.base_model
+    p = view.placements.get(vid)
+    return "" if p is None else p.ref.base_model
+
+
+def _size(versions: dict[str, VersionRecord], vid: str, view: WorkerView) -> int:
+    p = view.placements.get(vid)
+    if p is not None and p.size_bytes:
+        return p.size_bytes
+    rec = versions.get(vid)
+    return 0 if rec is None else rec.size_bytes
+
+
+def project(state: State, tracker: CommandTracker) -> dict[str, Projection]:
+    """Projected placement of every commandable worker (pending commands applied)."""
+    out: dict[str, Projection] = {}
+    for wid in sorted(state.workers):
+        w = state.workers[wid]
+        if not w.commandable():
+            continue
+        out[wid] = Projection(w, {
+            v: Slot(p.tier, p.pinned, p.in_flight, p.loaded_at) for v, p in w.placements.items()
+        })
+    for pending in tracker.pending():
+        target = out.get(pending.spec.worker_id)
+        if target is not None:
+            target.apply(pending.spec.kind, pending.spec.version_id, pending.spec.pin)
+    return out
+
+
+# --------------------------------------------------------------------------- round
+
+
+@dataclass(slots=True)
+class Requirement:
+    """A version a business rule wants HOT on ``replicas`` workers."""
+
+    version_id: str
+    replicas: int
+    reason: str
+    target_worker: str = ""
+
+
+@dataclass(slots=True)
+class Round:
+    """Result of one planning round."""
+
+    commands: list[CommandSpec]
+    notes: list[str]
+    heat: dict[str, float]
+    """Heat score of every version named by a command."""
+    snapshot: Snapshot
+    plan: Plan
+    dropped: int = 0
+    """Commands the guards removed this round."""
+
+
+class Planner:
+    """Turns the state into commands (see the module docstring)."""
+
+    def __init__(
+        self,
+        policy: CachePolicy,
+        policy_config: PolicyConfig,
+        rules: RulesConfig,
+        bandwidths: Bandwidths | None = None,
+    ) -> None:
+        self.policy = policy
+        self.policy_config = policy_config
+        self.rules = rules
+        self.bandwidths = bandwidths or Bandwidths()
+
+    # ------------------------------------------------------------------ snapshot
+
+    def warmup_signal(self, state: State, rec: VersionRecord, now: float) -> float:
+        """Business warm-up signal in [0, 1] of a version (canary staged, boost, schedule)."""
+        if state.is_staged_canary(rec) or rec.version_id in state.boosts:
+            return 1.0
+        if self.scheduled_replicas(rec, state, now) > 0:
+            return 1.0
+        return 0.0
+
+    def scheduled_replicas(self, rec: VersionRecord, state: State, now: float) -> int:
+        """HOT replicas an open schedule window asks for (0 when none)."""
+        best = 0
+        for sch in self.rules.schedules:
+            if not sch.matches(rec.ref.tenant_id, rec.ref.adapter_name):
+                continue
+            if sch.version is not None:
+                if sch.version != rec.ref.version:
+                    continue
+            elif rec.status not in (Status.ACTIVE, Status.CANARY):
+                continue
+            if sch.is_open(now):
+                best = max(best, sch.hot_replicas)
+        return best
+
+    def build_snapshot(
+        self, state: State, proj: dict[str, Projection], now: float
+    ) -> Snapshot:
+        """Freeze the projection for the policy (versions that must go are left out)."""
+        metas: dict[str, VersionMeta] = {}
+        for vid, rec in state.versions.items():
+            if not rec.status.loadable:
+                continue
+            metas[vid] = VersionMeta(
+                version_id=vid,
+                tenant_id=rec.ref.tenant_id,
+                base_model=rec.ref.base_model,
+                priority=rec.priority,
+                size_bytes=rec.size_bytes,
+                rank=rec.rank or 16,
+                canary=state.is_canary(rec),
+                warmup=self.warmup_signal(state, rec, now),
+            )
+        workers: list[WorkerState] = []
+        for wid, pr in proj.items():
+            view = pr.view
+            slots = {bm: cap.slots for bm, cap in view.capacities.items()}
+            warm_bytes = view.warm_bytes_capacity
+            hot: set[str] = set()
+            warm: set[str] = set()
+            pinned: set[str] = set()
+            in_flight: dict[str, int] = {}
+            loaded_at: dict[str, float] = {}
+            for vid, s in pr.slots.items():
+                if vid not in metas:
+                    # Not the policy's to place: count its room as taken.
+                    if s.tier is Tier.HOT:
+                        bm = _bm(state.versions, vid, view)
+                        if bm in slots:
+                            slots[bm] = max(0, slots[bm] - 1)
+                    warm_bytes = max(0, warm_bytes - _size(state.versions, vid, view))
+                    continue
+                if s.tier is Tier.HOT and metas[vid].base_model in slots:
+                    hot.add(vid)
+                    if s.pinned:
+                        pinned.add(vid)
+                    loaded_at[vid] = s.loaded_at
+                else:
+                    warm.add(vid)
+                if s.in_flight:
+                    in_flight[vid] = s.in_flight
+            workers.append(WorkerState(
+                worker_id=wid,
+                hot_slots=MappingProxyType(slots),
+                warm_bytes=warm_bytes,
+                hot=frozenset(hot),
+                warm=frozenset(warm),
+                pinned=frozenset(pinned),
+                in_flight=MappingProxyType(in_flight),
+                loaded_at=MappingProxyType(loaded_at),
+            ))
+        stats = {vid: state.stats[vid].view() for vid in metas if vid in state.stats}
+        return Snapshot.build(metas.values(), workers, stats, self.bandwidths)
+
+    def heat_of(self, snapshot: Snapshot, vid: str, now: float) -> float:
+        """HOT-ranking heat of a version in the snapshot (0 when not in it)."""
+        meta = snapshot.versions.get(vid)
+        if meta is None:
+            return 0.0
+        return float(hot_terms(meta, snapshot.stats_of(vid), now, self.policy_config.score,
+                               snapshot.bandwidths).heat)
+
+    # ------------------------------------------------------------------ plan
+
+    def plan(self, state: State, tracker: CommandTracker, now: float) -> Round:
+        """One planning round (see the module docstring)."""
+        proj = project(state, tracker)
+        snapshot = self.build_snapshot(state, proj, now)
+        notes: list[str] = []
+        try:
+            plan = self.policy.plan(snapshot, now)
+        except NotImplementedError:
+            plan = Plan()
+            notes.append(f"policy {self.policy.name} cannot plan; business rules only")
+        except Exception:  # a policy bug must not stop the rules (retire, canary) from working
+            log.exception("policy %s failed", self.policy.name)
+            plan = Plan()
+            notes.append(f"policy {self.policy.name} failed; business rules only")
+        specs = self._merge(plan)
+        rule_specs, protected_keys = self._rules(state, proj, specs, snapshot, tracker, now, notes)
+        # A rule wins over the policy on the same key.
+        rule_keys = {(s.worker_id, s.version_id) for s in rule_specs}
+        specs = [
+            s for s in specs
+            if (s.worker_id, s.version_id) not in rule_keys
+            and not (s.kind.frees and (s.worker_id, s.version_id) in protected_keys)
+        ]
+        candidates = sorted([*specs, *rule_specs], key=CommandSpec.sort_key)
+        accepted, dropped = self._guard(state, tracker, candidates, now, notes)
+        heat = {s.version_id: self.heat_of(snapshot, s.version_id, now) for s in accepted}
+        accepted = [
+            CommandSpec(s.kind, s.worker_id, s.version_id, s.reason, s.detail, s.pin,
+                        heat.get(s.version_id, 0.0), s.source)
+            for s in accepted
+        ]
+        return Round(accepted, notes, heat, snapshot, plan, dropped)
+
+    def _merge(self, plan: Plan) -> list[CommandSpec]:
+        """One command per (worker, version) from the plan's actions."""
+        groups: dict[tuple[str, str], list[tuple[ActionKind, str, str]]] = {}
+        for a in plan:
+            groups.setdefault((a.worker_id, a.version_id), []).append(
+                (a.kind, a.reason.value, a.detail)
+            )
+        out: list[CommandSpec] = []
+        name = self.policy.name
+        for (wid, vid), acts in groups.items():
+            kinds = {k for k, _, _ in acts}
+            frees = kinds & {ActionKind.UNPIN, ActionKind.DEMOTE, ActionKind.EVICT}
+            takes = kinds & {ActionKind.PREFETCH, ActionKind.PROMOTE, ActionKind.PIN}
+            if frees and takes and kinds != {ActionKind.UNPIN, ActionKind.PROMOTE}:
+                log.warning("policy %s: contradictory actions on %s/%s: %s", name, wid, vid,
+                            sorted(k.value for k in kinds))
+                continue
+
+            def pick(kind: ActionKind, acts: list[tuple[ActionKind, str, str]] = acts) -> tuple[
+                    str, str]:
+                for k, r, d in acts:
+                    if k is kind:
+                        return r, d
+                return acts[0][1], acts[0][2]
+
+            if ActionKind.EVICT in kinds:
+                r, d = pick(ActionKind.EVICT)
+                out.append(CommandSpec(CommandKind.EVICT, wid, vid, r, d, source=name))
+            elif ActionKind.DEMOTE in kinds:
+                r, d = pick(ActionKind.DEMOTE)
+                out.append(CommandSpec(CommandKind.DEMOTE, wid, vid, r, d, source=name))
+            elif ActionKind.PROMOTE in kinds:
+                r, d = pick(ActionKind.PROMOTE)
+                out.append(CommandSpec(CommandKind.LOAD_HOT, wid, vid, r, d,
+                                       pin=ActionKind.PIN in kinds, source=name))
+            elif ActionKind.PREFETCH in kinds:
+                r, d = pick(ActionKind.PREFETCH)
+                out.append(CommandSpec(CommandKind.LOAD_WARM, wid, vid, r, d, source=name))
+            elif ActionKind.PIN in kinds:
+                r, d = pick(ActionKind.PIN)
+                out.append(CommandSpec(CommandKind.PIN, wid, vid, r, d, source=name))
+            elif ActionKind.UNPIN in kinds:
+                r, d = pick(ActionKind.UNPIN)
+                out.append(CommandSpec(CommandKind.UNPIN, wid, vid, r, d, source=name))
+        return out
+
+    # ------------------------------------------------------------------ rules
+
+    def requirements(self, state: State, now: float) -> list[Requirement]:
+        """Versions the business rules want HOT, with replica counts (most important first)."""
+        reqs: dict[str, Requirement] = {}
+
+        def want(vid: str, replicas: int, reason: str, target: str = "") -> None:
+            rec = state.versions.get(vid)
+            if rec is None or not rec.status.loadable or replicas <= 0:
+                return
+            old = reqs.get(vid)
+            if old is None or replicas > old.replicas:
+                reqs[vid] = Requirement(vid, replicas, reason, target or
+                                        (old.target_worker if old else ""))
+
+        for vid, rec in state.versions.items():
+            if state.is_staged_canary(rec):
+                want(vid, self.rules.canary.warm_replicas, "canary_warmup")
+        for vid, boost in state.boosts.items():
+            if boost.until > now:
+                want(vid, boost.replicas, boost.reason, boost.target_worker)
+        if self.rules.schedules:
+            for vid, rec in state.versions.items():
+                n = self.scheduled_replicas(rec, state, now)
+                if n:
+                    want(vid, n, "scheduled_warmup")
+        if self.rules.demand.enabled:
+            horizon = now - self.rules.demand.window_s
+            for vid, st in state.stats.items():
+                recent = st.last_access is not None and st.last_access >= horizon
+                if recent and vid not in reqs:
+                    want(vid, 1, "demand")
+        order = {"rollback": 0, "canary_warmup": 1, "scheduled_warmup": 2}
+        return sorted(reqs.values(), key=lambda r: (order.get(r.reason, 3), r.version_id))
+
+    def _rules(
+        self,
+        state: State,
+        proj: dict[str, Projection],
+        policy_specs: list[CommandSpec],
+        snapshot: Snapshot,
+        tracker: CommandTracker,
+        now: float,
+        notes: list[str],
+    ) -> tuple[list[CommandSpec], set[tuple[str, str]]]:
+        versions = state.versions
+        out: list[CommandSpec] = []
+        # Projection after the policy's plan (rules build on what the policy does).
+        for s in policy_specs:
+            pr = proj.get(s.worker_id)
+            if pr is not None:
+                pr.apply(s.kind, s.version_id, s.pin)
+
+        # 1. Versions that must go: drain (wait for in-flight) then evict everywhere.
+        for wid, pr in proj.items():
+            for vid in sorted(pr.view.placements):
+                rec = versions.get(vid)
+                if rec is None or not rec.status.to_drop:
+                    continue
+                p = pr.view.placements[vid]
+                if p.in_flight > 0:
+                    notes.append(f"draining {vid} on {wid}: {p.in_flight} in flight")
+                    continue
+                reason = {Status.RETIRED: "retired", Status.REJECTED: "rejected"}.get(
+                    rec.status, "unknown_version")
+                out.append(CommandSpec(CommandKind.EVICT, wid, vid, reason,
+                                       f"{vid} is {rec.status.value}", source="rule:drop"))
+                pr.apply(CommandKind.EVICT, vid)
+
+        # 2. Requirements: HOT on enough workers.
+        reqs = self.requirements(state, now)
+        required = {r.version_id for r in reqs}
+        protected: set[tuple[str, str]] = set()
+        for req in reqs:
+            rec = versions[req.version_id]
+            vid = req.version_id
+            holders = [wid for wid, pr in proj.items()
+                       if (held := pr.slots.get(vid)) is not None and held.tier is Tier.HOT]
+            for wid in holders[: req.replicas]:
+                protected.add((wid, vid))
+            missing = req.replicas - len(holders)
+            if missing <= 0:
+                continue
+            displace = req.reason != "demand"
+            candidates = self._hosts(rec, versions, proj, holders, req.target_worker,
+                                     tracker, now)
+            for wid in candidates:
+                if missing <= 0:
+                    break
+                pr = proj[wid]
+                bm = rec.ref.base_model
+                free = pr.view.capacities[bm].slots - pr.hot_count(bm, versions)
+                if free <= 0:
+                    if not displace:
+                        continue
+                    victim = self._victim(pr, bm, required, snapshot, tracker, now)
+                    if victim is None:
+                        continue
+                    out.append(CommandSpec(
+                        CommandKind.DEMOTE, wid, victim, "displaced",
+                        f"room for {vid} ({req.reason})", source=f"rule:{req.reason}",
+                    ))
+                    pr.apply(CommandKind.DEMOTE, victim)
+                out.append(CommandSpec(
+                    CommandKind.LOAD_HOT, wid, vid, req.reason,
+                    f"{req.reason}: {req.replicas} HOT replica(s) required",
+                    source=f"rule:{req.reason}",
+                ))
+                pr.apply(CommandKind.LOAD_HOT, vid)
+                protected.add((wid, vid))
+                missing -= 1
+            if missing > 0:
+                notes.append(f"{vid}: {missing} of {req.replicas} HOT replica(s) short "
+                             f"({req.reason}): no worker with room")
+
+        # 3. Rollback targets stay WARM where the stable version is HOT (free bytes only).
+        rb = self.rules.rollback
+        if rb.keep_target_warm and rb.warm_replicas > 0:
+            for adapter_id in sorted(state.pointers):
+                ptr = state.pointers[adapter_id]
+                target = ptr.rollback_target
+                if not target or target == ptr.stable:
+                    continue
+                tenant, _, name = adapter_id.partition("/")
+                tvid = f"{tenant}/{name}@{target}"
+                rec = versions.get(tvid)
+                if rec is None or not rec.status.loadable or not rec.artifact_uri:
+                    continue
+                stable_vid = state.stable_of(adapter_id)
+                holders = [w for w, pr in proj.items() if tvid in pr.slots]
+                for wid in holders[: rb.warm_replicas]:
+                    protected.add((wid, tvid))
+                need = rb.warm_replicas - len(holders)
+                for wid, pr in proj.items():
+                    if need <= 0:
+                        break
+                    if tvid in pr.slots or stable_vid not in pr.slots:
+                        continue
+                    if not pr.view.serves(rec.ref.base_model):
+                        continue
+                    room = pr.view.warm_bytes_capacity - pr.used_bytes(versions)
+                    if room < rec.size_bytes or not tracker.can_issue(wid, tvid, now):
+                        continue
+                    out.append(CommandSpec(CommandKind.LOAD_WARM, wid, tvid, "rollback_target",
+                                           f"rollback target of {adapter_id}",
+                                           source="rule:rollback_target"))
+                    pr.apply(CommandKind.LOAD_WARM, tvid)
+                    protected.add((wid, tvid))
+                    need -= 1
+        return out, protected
+
+    def _hosts(
+        self,
+        rec: VersionRecord,
+        versions: dict[str, VersionRecord],
+        proj: dict[str, Projection],
+        holders: list[str],
+        target: str,
+        tracker: CommandTracker,
+        now: float,
+    ) -> list[str]:
+        """Workers that could take ``rec`` HOT, best first."""
+        bm = rec.ref.base_model
+        scored: list[tuple[tuple[int, int, int, str], str]] = []
+        for wid, pr in proj.items():
+            if wid in holders or not pr.view.serves(bm):
+                continue
+            cap = pr.view.capacities[bm]
+            if cap.slots <= 0 or (cap.max_lora_rank and rec.rank > cap.max_lora_rank):
+                continue
+            if not tracker.can_issue(wid, rec.version_id, now):
+                continue
+            free = cap.slots - pr.hot_count(bm, versions)
+            warm = rec.version_id in pr.slots
+            scored.append(((0 if wid == target else 1, 0 if warm else 1, -free, wid), wid))
+        return [wid for _, wid in sorted(scored)]
+
+    def _victim(
+        self,
+        pr: Projection,
+        bm: str,
+        required: set[str],
+        snapshot: Snapshot,
+        tracker: CommandTracker,
+        now: float,
+    ) -> str | None:
+        """Coolest HOT version of ``bm`` here that is unpinned, idle, unprotected, not required."""
+        best: tuple[float, str] | None = None
+        for vid, s in pr.slots.items():
+            if s.tier is not Tier.HOT or s.pinned or s.in_flight > 0 or vid in required:
+                continue
+            meta = snapshot.versions.get(vid)
+            if meta is None or meta.base_model != bm:
+                continue
+            if protection_of(meta, self.policy_config) is not None:
+                continue
+            if not tracker.can_issue(pr.view.worker_id, vid, now):
+                continue
+            cand = (self.heat_of(snapshot, vid, now), vid)
+            if best is None or cand < best:
+                best = cand
+        return None if best is None else best[1]
+
+    # ------------------------------------------------------------------ guards
+
+    def _guard(
+        self,
+        state: State,
+        tracker: CommandTracker,
+        specs: Iterable[CommandSpec],
+        now: float,
+        notes: list[str],
+    ) -> tuple[list[CommandSpec], int]:
+        """Drop unsafe or disallowed commands; cap per round (see the module docstring)."""
+        versions = state.versions
+        proj = project(state, tracker)
+        limits = self.rules.limits
+        loads_in_flight: dict[str, int] = {}
+        for p in tracker.pending():
+            if p.spec.kind in (CommandKind.LOAD_HOT, CommandKind.LOAD_WARM):
+                loads_in_flight[p.spec.worker_id] = loads_in_flight.get(p.spec.worker_id, 0) + 1
+        accepted: list[CommandSpec] = []
+        seen: set[tuple[str, str]] = set()
+        removals = 0
+        dropped = 0
+
+        def drop(spec: CommandSpec, why: str) -> None:
+            nonlocal dropped
+            dropped += 1
+            notes.append(f"dropped {spec.kind.value} {spec.version_id} on {spec.worker_id}: {why}")
+
+        for spec in specs:
+            key = (spec.worker_id, spec.version_id)
+            pr = proj.get(spec.worker_id)
+            if pr is None:
+                drop(spec, "worker not commandable")
+                continue
+            if key in seen:
+                drop(spec, "second command for the same key this round")
+                continue
+            if not tracker.can_issue(spec.worker_id, spec.version_id, now):
+                dropped += 1  # in flight or backing off: expected, not worth a note
+                continue
+            rec = versions.get(spec.version_id)
+            slot = pr.slots.get(spec.version_id)
+            if (spec.kind is CommandKind.LOAD_HOT and spec.pin and slot is not None
+                    and slot.tier is Tier.HOT and not slot.pinned):
+                spec = CommandSpec(CommandKind.PIN, spec.worker_id, spec.version_id, spec.reason,
+                                   spec.detail, False, spec.heat, spec.source)
+            if spec.kind.frees:
+                if slot is None:
+                    drop(spec, "not on the worker")
+                    continue
+                if spec.kind is not CommandKind.UNPIN and slot.in_flight > 0:
+                    drop(spec, f"{slot.in_flight} request(s) in flight")
+                    continue
+                if spec.kind is CommandKind.UNPIN and not slot.pinned:
+                    drop(spec, "not pinned")
+                    continue
+                if spec.kind is CommandKind.DEMOTE and slot.tier is not Tier.HOT:
+                    drop(spec, "not HOT")
+                    continue
+                if spec.kind is not CommandKind.UNPIN:
+                    if removals >= limits.max_removals_per_round:
+                        drop(spec, "removal cap of the round reached")
+                        continue
+                    removals += 1
+            else:
+                if rec is None or not rec.status.loadable:
+                    drop(spec, "version may not be loaded")
+                    continue
+                bm = rec.ref.base_model
+                cap = pr.view.capacities.get(bm)
+                if cap is None:
+                    drop(spec, f"worker does not serve {bm}")
+                    continue
+                if spec.kind in (CommandKind.LOAD_HOT, CommandKind.LOAD_WARM):
+                    if not rec.artifact_uri or not rec.engine_id:
+                        drop(spec, "artifact or engine id unknown")
+                        continue
+                    if cap.max_lora_rank and rec.rank > cap.max_lora_rank:
+                        drop(spec, f"rank {rec.rank} > max_lora_rank {cap.max_lora_rank}")
+                        continue
+                    if loads_in_flight.get(spec.worker_id, 0) >= limits.max_loads_per_worker:
+                        drop(spec, "loads in flight cap of the worker reached")
+                        continue
+                takes_slot = spec.kind is CommandKind.LOAD_HOT and (
+                    slot is None or slot.tier is not Tier.HOT)
+                if takes_slot and pr.hot_count(bm, versions) >= cap.slots:
+                    drop(spec, f"no free {bm} slot")
+                    continue
+                wants_pin = spec.kind is CommandKind.PIN or (
+                    spec.kind is CommandKind.LOAD_HOT and spec.pin)
+                new_pin = wants_pin and not (slot is not None and slot.pinned)
+                if new_pin and pr.pinned_count(bm, versions) >= max_pins(cap.slots):
+                    if spec.kind is CommandKind.PIN:
+                        drop(spec, "would leave no unpinned slot")
+                        continue
+                    spec = CommandSpec(spec.kind, spec.worker_id, spec.version_id,
+                                       spec.reason, spec.detail, False, spec.heat, spec.source)
+                if spec.kind is CommandKind.PIN and (slot is None or slot.tier is not Tier.HOT):
+                    drop(spec, "not HOT")
+                    continue
+                if spec.kind is CommandKind.LOAD_WARM and slot is not None:
+                    drop(spec, "already resident")
+                    continue
+                if spec.kind is CommandKind.LOAD_HOT and slot is not None and \
+                        slot.tier is Tier.HOT and (slot.pinned or not spec.pin):
+                    drop(spec, "already HOT")
+                    continue
+                if spec.kind in (CommandKind.LOAD_HOT, CommandKind.LOAD_WARM):
+                    loads_in_flight[spec.worker_id] = loads_in_flight.get(spec.worker_id, 0) + 1
+            if len(accepted) >= limits.max_commands_per_round:
+                drop(spec, "command cap of the round reached")
+                continue
+            seen.add(key)
+            pr.apply(spec.kind, spec.version_id, spec.pin)
+            accepted.append(spec)
+        return accepted, dropped
