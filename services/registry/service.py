@@ -651,8 +651,9 @@ async def _apply_plan(
     """Write the plan's status changes and pointers, and the audit entry."""
     for version, status in plan.status_changes.items():
         await conn.execute(
-            "UPDATE adapter_versions SET status = $3, "
-            "retired_at = CASE WHEN $3 = 'retired' THEN now() ELSE retired_at END "
+            "UPDATE adapter_versions SET status = $3::version_status, "
+            "retired_at = CASE WHEN $3::version_status = 'retired' THEN now() "
+            "ELSE retired_at END "
             "WHERE adapter_id = $1 AND version = $2",
             rel.adapter_id, version, status.value,
         )
