@@ -21,7 +21,7 @@ from loraplane.gateway.resolution import ReleaseView
 from loraplane.shared.errors import InvalidArgument, NotFound, PermissionDenied
 from loraplane.v1 import common_pb2, events_pb2
 
-_STATUS_RANK = {
+_STATUS_RANK: dict[int, int] = {
     common_pb2.VERSION_STATUS_UNSPECIFIED: 0,
     common_pb2.VERSION_STATUS_PENDING: 1,
     common_pb2.VERSION_STATUS_ADMITTED: 2,
@@ -126,7 +126,7 @@ class AdapterEntry:
 
 
 def _ts(meta: common_pb2.EventMeta) -> float:
-    return meta.occurred_at.seconds + meta.occurred_at.nanos / 1e9
+    return float(meta.occurred_at.seconds) + float(meta.occurred_at.nanos) / 1e9
 
 
 class AdapterCatalog:

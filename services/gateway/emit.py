@@ -147,8 +147,8 @@ class HeatEmitter:
             item = batch.completions.add(
                 request_id=c.request_id,
                 worker_id=c.worker_id,
-                request_class=c.request_class,  # type: ignore[arg-type]
-                tier_at_arrival=c.tier_at_arrival,  # type: ignore[arg-type]
+                request_class=c.request_class,
+                tier_at_arrival=c.tier_at_arrival,
                 ttft_ms=c.ttft_ms,
                 duration_ms=c.duration_ms,
                 prompt_tokens=c.prompt_tokens,

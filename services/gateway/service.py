@@ -488,7 +488,6 @@ class Gateway:
         resolved.canary = canary
         resolved.worker_id = target.worker.worker_id
         resolved.request_id = rid
-        resolved.tier_at_arrival = (  # type: ignore[assignment]
-            worker_tier if worker_tier and not target.use_base else target.tier
-        )
+        tier = worker_tier if worker_tier and not target.use_base else target.tier
+        resolved.tier_at_arrival = tier  # type: ignore[assignment]
 

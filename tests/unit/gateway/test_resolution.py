@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from loraplane.gateway.resolution import (
-    BUCKETS,
     ReleaseView,
     in_canary,
     resolve,

@@ -1,0 +1,114 @@
+"""Kafka → in-memory views: the topics the gateway follows, replayed from the beginning.
+
+The gateway owns nothing durable, so it reads its topics without a consumer group
+from the earliest offset at every start (the views are idempotent: keys are
+sticky-revoked, pointers last-writer-wins by event time, snapshots ordered by
+``(started_at, seq)``) and then follows them. On any consumer failure (broker
+restart, network) the consumer is closed, and a fresh one replays again after a
+backoff, so a broker loss never leaves a silently stuck consumer.
+
+``caught_up`` is set after the first empty poll once records stopped arriving;
+it gates readiness only (the view keeps following afterwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+
+from google.protobuf.message import Message
+
+from loraplane.shared.codec import CodecError, decode_record
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Message], None]
+"""Applies one decoded event to a view (synchronous, no I/O)."""
+
+
+class ViewFeeder:
+    """Follows ``handlers``' topics from the beginning and applies every event."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        handlers: Mapping[str, Handler],
+        *,
+        client_id: str = "loraplane-gateway",
+        retry_backoff_s: float = 1.0,
+        poll_timeout_ms: int = 200,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
+        """``handlers``: topic → handler; ``on_event(topic)`` counts applied events."""
+        self._bootstrap = bootstrap
+        self._handlers = dict(handlers)
+        self._client_id = client_id
+        self._backoff = retry_backoff_s
+        self._poll_ms = poll_timeout_ms
+        self._on_event = on_event
+        self.caught_up = asyncio.Event()
+        """Set once the first replay reached the end of the topics."""
+        self.restarts = 0
+        """Consumers recreated after a failure."""
+        self.malformed = 0
+        """Records skipped because they did not decode."""
+
+    async def run(self) -> None:
+        """Consume until cancelled, recreating the consumer after failures."""
+        while True:
+            try:
+                await self._consume_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.restarts += 1
+                log.warning("view consumer failed; replaying after %.1fs", self._backoff,
+                            exc_info=True)
+                await asyncio.sleep(self._backoff)
+
+    async def _consume_once(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            *self._handlers,
+            bootstrap_servers=self._bootstrap,
+            client_id=self._client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            metadata_max_age_ms=5000,
+        )
+        await consumer.start()
+        try:
+            seen_data = False
+            empty_polls = 0
+            while True:
+                batch = await consumer.getmany(timeout_ms=self._poll_ms, max_records=2000)
+                if not batch:
+                    empty_polls += 1
+                    if seen_data or empty_polls >= 3:
+                        self.caught_up.set()
+                    continue
+                seen_data = True
+                for records in batch.values():
+                    for record in records:
+                        self._apply(record)
+        finally:
+            await consumer.stop()
+
+    def _apply(self, record: object) -> None:
+        topic = getattr(record, "topic", "")
+        try:
+            msg = decode_record(record)  # type: ignore[arg-type]
+        except CodecError:
+            self.malformed += 1
+            log.warning("skipping a malformed record on %s", topic, exc_info=True)
+            return
+        try:
+            self._handlers[topic](msg)
+        except Exception:  # a bad event must not stop the view
+            log.exception("applying an event of %s failed", topic)
+            return
+        if self._on_event is not None:
+            self._on_event(topic)

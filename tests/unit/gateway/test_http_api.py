@@ -1,0 +1,111 @@
+"""The OpenAI-compatible HTTP API (in-process ASGI): completions, chat, SSE streams,
+models, OpenAI-style errors with the right HTTP status and Retry-After."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+
+from loraplane.gateway.budget import BudgetConfig
+from loraplane.gateway.http_api import create_app
+
+from .harness import ACME_KEY, GLOBEX_KEY, Harness, harness
+
+AUTH = {"authorization": f"Bearer {ACME_KEY}"}
+
+
+@asynccontextmanager
+async def client(**kw: object) -> AsyncIterator[tuple[Harness, httpx.AsyncClient]]:
+    async with harness(**kw) as h:  # type: ignore[arg-type]
+        h.workers["w0"].hot.update({11, 21})
+        h.report("w0")
+        transport = httpx.ASGITransport(app=create_app(h.gateway))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+            yield h, c
+
+
+async def test_completion_json() -> None:
+    async with client() as (_, c):
+        r = await c.post("/v1/completions", headers=AUTH,
+                         json={"model": "support", "prompt": "hi", "max_tokens": 3})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["object"] == "text_completion"
+        assert body["choices"][0]["text"] == "tok0 tok1 tok2 "
+        assert body["usage"]["completion_tokens"] == 3
+        assert body["loraplane"]["version"] == "v1" and body["loraplane"]["tier_at_arrival"] == "hot"
+        assert r.headers["x-loraplane-adapter-version"] == "v1"
+        assert r.headers["x-loraplane-degraded"] == "false"
+
+
+async def test_chat_completion_stream_sse() -> None:
+    async with client() as (_, c):
+        async with c.stream("POST", "/v1/chat/completions", headers=AUTH, json={
+            "model": "code", "stream": True, "max_tokens": 2,
+            "messages": [{"role": "user", "content": "hello"}],
+        }) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            assert r.headers["x-loraplane-adapter-version"] == "c1"
+            lines = [line async for line in r.aiter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]"
+        chunks = [json.loads(line[6:]) for line in lines[:-1]]
+        assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert chunks[0]["loraplane"]["adapter"] == "code"
+        text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks)
+        assert text == "tok0 tok1 "
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        assert chunks[-1]["usage"]["completion_tokens"] == 2
+
+
+async def test_completion_stream_and_user_is_the_sticky_key() -> None:
+    async with client() as (h, c):
+        async with c.stream("POST", "/v1/completions", headers=AUTH, json={
+            "model": "support", "prompt": "x", "stream": True, "user": "alice",
+            "request_class": "background",
+        }) as r:
+            body = "".join([line async for line in r.aiter_lines()])
+        assert "text_completion" in body and body.endswith("data: [DONE]")
+        sent = h.workers["w0"].requests[-1]
+        assert sent.params.request_key == "alice" and sent.request_class == 2
+
+
+async def test_models_lists_the_callers_adapters() -> None:
+    async with client() as (_, c):
+        r = await c.get("/v1/models", headers=AUTH)
+        assert r.status_code == 200
+        ids = [(m["id"], m["version"], m["owned_by"]) for m in r.json()["data"]]
+        assert ids == [("code", "c1", "acme"), ("support", "v1", "acme")]
+        r = await c.get("/v1/models", headers={"authorization": f"Bearer {GLOBEX_KEY}"})
+        assert [m["id"] for m in r.json()["data"]] == ["legal"]
+
+
+async def test_openai_style_errors() -> None:
+    budgets = BudgetConfig.model_validate(
+        {"overrides": {"globex": {"interactive": {"on_cold": "fail_fast"}}}})
+    async with client(budgets=budgets) as (_, c):
+        cases = [
+            ({}, {"model": "support", "prompt": "x"}, 401, "authentication_error"),
+            ({"authorization": "Bearer wrong"}, {"model": "support", "prompt": "x"}, 401,
+             "authentication_error"),
+            (AUTH, {"model": "legal", "prompt": "x"}, 403, "permission_error"),
+            (AUTH, {"model": "nope", "prompt": "x"}, 404, "not_found_error"),
+            (AUTH, {"model": "../legal", "prompt": "x"}, 400, "invalid_request_error"),
+            (AUTH, {"model": "s3://b/k", "prompt": "x"}, 400, "invalid_request_error"),
+            (AUTH, {"model": "support", "prompt": "x", "max_tokens": -1}, 400,
+             "invalid_request_error"),
+            (AUTH, {"prompt": "x"}, 400, "invalid_request_error"),
+        ]
+        for headers, body, status, kind in cases:
+            r = await c.post("/v1/completions", headers=headers, json=body)
+            assert r.status_code == status, (body, r.text)
+            err = r.json()["error"]
+            assert err["type"] == kind and err["message"] and err["code"]
+        r = await c.post("/v1/completions", headers={"authorization": f"Bearer {GLOBEX_KEY}"},
+                         json={"model": "legal", "prompt": "x"})
+        assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "adapter_cold"
