@@ -1,0 +1,636 @@
+"""The heat policy: weighted heat score, never-evict protection, demotion, placement.
+
+Two faces, one score (:mod:`loraplane.policy.score`) and one set of
+predicates (:mod:`loraplane.policy.predicates`):
+
+* :meth:`HeatPolicy.plan` — for the cache-manager: from a snapshot of several
+  workers, compute the target placement (HOT per worker and base model, WARM
+  per worker, pins) and return the actions that reach it, each with a reason.
+* :meth:`HeatPolicy.online` — for the simulator: pick victims on demand. It
+  scores only the members of the tier that is full (HOT groups hold tens of
+  versions), so a request costs O(1) and a miss O(slots).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+
+from loraplane.policy.config import PolicyConfig
+from loraplane.policy.model import PRIORITIES, REQUEST_CLASSES, Tier
+from loraplane.policy.online import OnlineContext
+from loraplane.policy.plan import Action, ActionKind, Plan, Reason
+from loraplane.policy.predicates import (
+    Protection,
+    demotion_reason,
+    eviction_reason,
+    hot_share_limit,
+    max_pins,
+    protection,
+    protection_of,
+)
+from loraplane.policy.score import hot_terms, size_factor, warm_value
+from loraplane.policy.snapshot import Snapshot, VersionMeta, WorkerState
+
+_NO_PROTECTION = 0
+_CANARY = 1
+_PRIORITY = 2
+_KIND_CODE = {None: _NO_PROTECTION, Protection.CANARY: _CANARY, Protection.PRIORITY: _PRIORITY}
+
+
+class HeatOnline:
+    """Online heat state for one simulated run (arrays indexed by version).
+
+    The decayed counts are kept *rebased*: ``k[v] = Σ exp((t_i - base) / tau)``
+    over v's requests, so that ``count(now) = k[v] * exp(-(now - base) / tau)``.
+    The factor ``exp(-(now - base) / tau)`` is common to every version, so a
+    victim scan costs a multiply-add per member and no ``exp``; an update is
+    one ``exp``. ``base`` moves forward before the numbers could overflow.
+    Per version the score's static part (penalty of its request mix, priority,
+    size) is cached and refreshed on each of its requests.
+    """
+
+    _REBASE = 500.0
+    """Rebase when (now - base) / tau exceeds this (exp(500) is far from overflow)."""
+
+    def __init__(self, ctx: OnlineContext, cfg: PolicyConfig) -> None:
+        sc = cfg.score
+        bw = ctx.bandwidths
+        n = ctx.n_versions
+        self._ctx = ctx
+        self._tau = sc.rate_window_s
+        self._tau_w = sc.warm_rate_window_s
+        self._base = 0.0
+        # heat = rate * (a + b * penalty) + prio_weight * priority_value, where
+        # penalty = Σ_class share * class_weight * max(0, reload - budget)   (see score.py)
+        self._a = sc.weights.qps / sc.qps_ref
+        self._b = sc.weights.ttft_penalty / (sc.qps_ref * sc.penalty_ref_s)
+        weights = [sc.class_weights[c] for c in REQUEST_CLASSES]
+        budgets = [sc.class_budgets_s[c] for c in REQUEST_CLASSES]
+        self._pen_hot = [
+            tuple(w * max(0.0, bw.warm_to_hot_s(s) - b) for w, b in zip(weights, budgets, strict=True))
+            for s in ctx.sizes
+        ]
+        self._pen_warm = [
+            tuple(
+                w * max(0.0, bw.load_s(s, Tier.COLD) - b)
+                for w, b in zip(weights, budgets, strict=True)
+            )
+            for s in ctx.sizes
+        ]
+        prio_w = sc.weights.tenant_priority
+        self._prio_term = [prio_w * sc.priority_values[p] for p in PRIORITIES]
+        self._prot_of = [
+            [_KIND_CODE[protection(canary == 1, p, cfg)] for p in PRIORITIES] for canary in (0, 1)
+        ]
+        self._idle_s = cfg.demote.idle_minutes * 60.0
+        slots = ctx.hot_slots
+        self._limit = (
+            0,
+            hot_share_limit(Protection.CANARY, slots, cfg),
+            hot_share_limit(Protection.PRIORITY, slots, cfg),
+        )
+        self._inv_size = [1.0 / size_factor(s, sc.warm_size_exponent) for s in ctx.sizes]
+        # per-version state
+        self._k_hot = [0.0] * n
+        self._k_warm = [0.0] * n
+        self._last = [-math.inf] * n
+        self._cls = [[0, 0, 0] for _ in range(n)]
+        self._mult_hot = [0.0] * n
+        """(a + b * penalty_hot) / tau: multiplies the rebased HOT count."""
+        self._mult_warm = [0.0] * n
+        """(a + b * penalty_warm) / (tau_w * size_factor): multiplies the rebased WARM count."""
+        self._prio = [0.0] * n
+        self._prio_warm = [0.0] * n
+        self._prot = [0] * n
+        self._adapter = ctx.adapters
+        self._is_canary = [0] * n
+        self._stable: dict[int, int] = {}
+        self._hot: list[set[int]] = [set() for _ in range(ctx.n_workers * ctx.n_base_models)]
+        self._warm: list[set[int]] = [set() for _ in range(ctx.n_workers)]
+
+    # -- statistics -------------------------------------------------------------------------
+
+    def _rebase(self, now: float) -> None:
+        shift = now - self._base
+        fh = math.exp(-shift / self._tau)
+        fw = math.exp(-shift / self._tau_w)
+        self._k_hot = [k * fh for k in self._k_hot]
+        self._k_warm = [k * fw for k in self._k_warm]
+        self._base = now
+
+    def on_request(self, i: int, v: int, now: float) -> None:
+        """Add the request to v's decayed counts; refresh v's class mix, priority and flags."""
+        ctx = self._ctx
+        if (now - self._base) / self._tau > self._REBASE:
+            self._rebase(now)
+        rel = now - self._base
+        self._k_hot[v] += math.exp(rel / self._tau)
+        self._k_warm[v] += math.exp(rel / self._tau_w)
+        self._last[v] = now
+        cls = self._cls[v]
+        cls[ctx.classes[i]] += 1
+        ci, cb, cc = cls
+        total = ci + cb + cc
+        ph = self._pen_hot[v]
+        pw = self._pen_warm[v]
+        pen_hot = (ci * ph[0] + cb * ph[1] + cc * ph[2]) / total
+        pen_warm = (ci * pw[0] + cb * pw[1] + cc * pw[2]) / total
+        inv_size = self._inv_size[v]
+        self._mult_hot[v] = (self._a + self._b * pen_hot) / self._tau
+        self._mult_warm[v] = (self._a + self._b * pen_warm) / self._tau_w * inv_size
+        p = ctx.priorities[i]
+        canary = ctx.canary[i]
+        self._prio[v] = self._prio_term[p]
+        self._prio_warm[v] = self._prio_term[p] * inv_size
+        self._prot[v] = self._prot_of[canary][p]
+        self._is_canary[v] = canary
+        if not canary:
+            self._stable[self._adapter[v]] = v  # non-canary traffic: v is the stable version
+
+    def superseded(self, v: int) -> bool:
+        """True when another version of the same adapter took the stable traffic."""
+        return not self._is_canary[v] and self._stable.get(self._adapter[v], v) != v
+
+    def rate(self, v: int, now: float) -> float:
+        """Decayed request rate (req/s) of ``v`` at ``now`` (HOT time constant)."""
+        return self._k_hot[v] * math.exp(-(now - self._base) / self._tau) / self._tau
+
+    def rate_warm(self, v: int, now: float) -> float:
+        """Decayed request rate (req/s) of ``v`` at ``now`` (WARM time constant)."""
+        return self._k_warm[v] * math.exp(-(now - self._base) / self._tau_w) / self._tau_w
+
+    def heat_hot(self, v: int, now: float) -> float:
+        """Heat for the HOT ranking (penalty: reload from WARM over budget); -1 if superseded."""
+        if self.superseded(v):
+            return -1.0
+        decay = math.exp(-(now - self._base) / self._tau)
+        return self._k_hot[v] * decay * self._mult_hot[v] + self._prio[v]
+
+    def value_warm(self, v: int, now: float) -> float:
+        """WARM ranking key: WARM heat (penalty: load from COLD) per GB^exponent; -1 if superseded."""
+        if self.superseded(v):
+            return -1.0
+        decay = math.exp(-(now - self._base) / self._tau_w)
+        return self._k_warm[v] * decay * self._mult_warm[v] + self._prio_warm[v]
+
+    def protection(self, v: int, now: float) -> int:
+        """Protection code of ``v`` now (idle versions lose their HOT protection)."""
+        if now - self._last[v] > self._idle_s:
+            return _NO_PROTECTION
+        return self._prot[v]
+
+    # -- membership -------------------------------------------------------------------------
+
+    def on_served(self, g: int, w: int, v: int, now: float) -> None:
+        """Heat needs no per-hit bookkeeping beyond :meth:`on_request`."""
+
+    def on_insert_hot(self, g: int, v: int, now: float) -> None:
+        """Track ``v`` in the group."""
+        self._hot[g].add(v)
+
+    def on_remove_hot(self, g: int, v: int) -> None:
+        """Forget ``v`` in the group."""
+        self._hot[g].discard(v)
+
+    def on_insert_warm(self, w: int, v: int, now: float) -> None:
+        """Track ``v`` on the worker."""
+        self._warm[w].add(v)
+
+    def on_remove_warm(self, w: int, v: int) -> None:
+        """Forget ``v`` on the worker."""
+        self._warm[w].discard(v)
+
+    # -- victims ----------------------------------------------------------------------------
+
+    def hot_victim(self, g: int, now: float, busy: Mapping[int, float]) -> int | None:
+        """Coolest member that is neither busy nor protected within its kind's share.
+
+        Protected members beyond their share compete on heat; when every free
+        member is protected, the coolest protected one goes (protection overflow).
+        """
+        decay = math.exp(-(now - self._base) / self._tau)
+        k, mult, prio, last, prot = self._k_hot, self._mult_hot, self._prio, self._last, self._prot
+        idle_before = now - self._idle_s
+        best: tuple[float, int] | None = None
+        protected: list[list[tuple[float, int]]] = [[], [], []]
+        n_kind = [0, 0, 0]
+        for u in self._hot[g]:
+            kind = prot[u] if last[u] >= idle_before else _NO_PROTECTION
+            n_kind[kind] += 1
+            if busy.get(u, 0.0) > now:
+                continue
+            h = -1.0 if self.superseded(u) else k[u] * decay * mult[u] + prio[u]
+            if kind == _NO_PROTECTION:
+                if best is None or (h, u) < best:
+                    best = (h, u)
+            else:
+                protected[kind].append((h, u))
+        for kind in (_CANARY, _PRIORITY):
+            excess = n_kind[kind] - self._limit[kind]
+            if excess > 0 and protected[kind]:
+                protected[kind].sort()
+                for cand in protected[kind][:excess]:
+                    if best is None or cand < best:
+                        best = cand
+        if best is None:
+            rest = protected[_CANARY] + protected[_PRIORITY]
+            if not rest:
+                return None
+            best = min(rest)
+        return best[1]
+
+    def warm_victim(self, w: int, now: float, hot: Container[int]) -> int | None:
+        """Lowest WARM value among unprotected non-HOT members (coolest protected if none).
+
+        Canary protection lapses after ``demote.idle_minutes`` without traffic (the
+        canary ended); priority protection does not.
+        """
+        decay = math.exp(-(now - self._base) / self._tau_w)
+        k, mult, prio = self._k_warm, self._mult_warm, self._prio_warm
+        prot, last = self._prot, self._last
+        idle_before = now - self._idle_s
+        stable, adapter, is_canary = self._stable, self._adapter, self._is_canary
+        best_v = best_p = -1
+        best = best_protected = math.inf
+        for u in self._warm[w]:
+            if u in hot:
+                continue
+            if not is_canary[u] and stable.get(adapter[u], u) != u:
+                value = -1.0  # superseded
+            else:
+                value = k[u] * decay * mult[u] + prio[u]
+            kind = prot[u]
+            if kind == _CANARY and last[u] < idle_before:
+                kind = _NO_PROTECTION
+            if kind == _NO_PROTECTION:
+                if value < best or (value == best and u < best_v):
+                    best, best_v = value, u
+            elif value < best_protected or (value == best_protected and u < best_p):
+                best_protected, best_p = value, u
+        if best_v >= 0:
+            return best_v
+        return best_p if best_p >= 0 else None
+
+
+@dataclass
+class _Target:
+    """Working state of :meth:`HeatPolicy.plan` for one worker."""
+
+    worker: WorkerState
+    slots_left: dict[str, int]
+    hot: dict[str, Reason | None]
+    """Target HOT versions; the reason is None for a version already HOT here."""
+    bytes_needed: int = 0
+    load: float = 0.0
+    pins: set[str] | None = None
+
+
+def _stable_hash(*parts: str) -> int:
+    return zlib.crc32("|".join(parts).encode("utf-8"))
+
+
+class HeatPolicy:
+    """The weighted heat-score policy (see the module docstring and ``README.md``)."""
+
+    name = "heat"
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        self.config = config or PolicyConfig()
+
+    def online(self, ctx: OnlineContext) -> HeatOnline:
+        """Fresh online state for the simulator."""
+        return HeatOnline(ctx, self.config)
+
+    # -- planning -----------------------------------------------------------------------------
+
+    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+        """Actions that move the snapshot towards the heat policy's target placement.
+
+        Deterministic for a given snapshot and clock. Raises :class:`SnapshotError`
+        when the snapshot is inconsistent (unknown versions, pins that are not HOT).
+        """
+        problems = snapshot.problems()
+        if problems:
+            raise SnapshotError(problems)
+        cfg = self.config
+        sc = cfg.score
+        bw = snapshot.bandwidths
+        versions = snapshot.versions
+        ids = sorted(versions)
+
+        heat: dict[str, float] = {}
+        value: dict[str, float] = {}
+        rate: dict[str, float] = {}
+        demote: dict[str, Reason | None] = {}
+        kind: dict[str, Protection | None] = {}
+        for vid in ids:
+            meta = versions[vid]
+            st = snapshot.stats_of(vid)
+            rate[vid] = st.rate(now, sc.rate_window_s)
+            if meta.superseded:
+                heat[vid] = value[vid] = -1.0
+                kind[vid] = None
+                demote[vid] = Reason.SUPERSEDED
+                continue
+            heat[vid] = hot_terms(meta, st, now, sc, bw).heat
+            value[vid] = warm_value(meta, st, now, sc, bw)
+            kind[vid] = protection_of(meta, cfg)
+            demote[vid] = demotion_reason(meta, st, now, cfg)
+
+        targets = [
+            _Target(worker=w, slots_left=dict(w.hot_slots), hot={}) for w in snapshot.workers
+        ]
+        replicas: dict[str, int] = {}
+
+        def assign(t: _Target, vid: str, reason: Reason | None) -> None:
+            meta = versions[vid]
+            t.hot[vid] = reason
+            t.slots_left[meta.base_model] = t.slots_left.get(meta.base_model, 0) - 1
+            t.bytes_needed += meta.size_bytes
+            t.load += rate[vid]
+            replicas[vid] = replicas.get(vid, 0) + 1
+
+        # 1. in-flight versions stay HOT where they are (hard rule)
+        for t in targets:
+            for vid in sorted(t.worker.hot):
+                if t.worker.busy(vid):
+                    assign(t, vid, None)
+
+        # 2. protected incumbents keep their slot, within their kind's share
+        for t in targets:
+            for bm, slots in sorted(t.worker.hot_slots.items()):
+                taken = {Protection.CANARY: 0, Protection.PRIORITY: 0}
+                pinned = 0
+                incumbents = sorted(
+                    (v for v in t.worker.hot
+                     if versions[v].base_model == bm and kind[v] is not None
+                     and demote[v] is None),
+                    key=lambda v: (-heat[v], v),
+                )
+                for vid in incumbents:
+                    k = kind[vid]
+                    assert k is not None
+                    if taken[k] >= hot_share_limit(k, slots, cfg) or pinned >= max_pins(slots):
+                        continue
+                    taken[k] += 1
+                    pinned += 1
+                    if vid not in t.hot:
+                        assign(t, vid, None)
+
+        # 3. everyone else by heat (incumbents get the hysteresis bonus), with replicas
+        serving: dict[str, int] = {}
+        for t in targets:
+            for bm in t.worker.hot_slots:
+                serving[bm] = serving.get(bm, 0) + 1
+        incumbent = {v for t in targets for v in t.worker.hot}
+        hottest: set[str] = set()
+        by_bm: dict[str, list[str]] = {}
+        for vid in ids:
+            if demote[vid] is None:
+                by_bm.setdefault(versions[vid].base_model, []).append(vid)
+        for members in by_bm.values():
+            members.sort(key=lambda v: (-rate[v], v))
+            hottest.update(v for v in members[: cfg.placement.hottest_top_n] if rate[v] > 0)
+        bonus = 1.0 + cfg.placement.hysteresis
+        order = sorted(
+            (v for v in ids if demote[v] is None and versions[v].base_model in serving),
+            key=lambda v: (-(heat[v] * bonus if v in incumbent else heat[v]), v),
+        )
+        for vid in order:
+            meta = versions[vid]
+            wanted, first_reason = self._wanted_replicas(
+                meta, vid in incumbent, heat[vid], rate[vid], vid in hottest, kind[vid],
+                serving[meta.base_model],
+            )
+            for _ in range(wanted - replicas.get(vid, 0)):
+                chosen = self._pick_worker(targets, vid, meta, versions)
+                if chosen is None:
+                    break
+                if vid in chosen.worker.hot:
+                    reason: Reason | None = None
+                elif replicas.get(vid, 0) == 0:
+                    reason = first_reason
+                elif replicas.get(vid, 0) < cfg.placement.min_hot_replicas and (
+                    vid in hottest or kind[vid] is Protection.PRIORITY
+                ):
+                    reason = Reason.MIN_REPLICAS
+                else:
+                    reason = Reason.LOAD_SPREAD
+                assign(chosen, vid, reason)
+
+        # 4. pins: protected target versions, within shares, never every slot
+        for t in targets:
+            t.pins = set()
+            for bm, slots in sorted(t.worker.hot_slots.items()):
+                taken = {Protection.CANARY: 0, Protection.PRIORITY: 0}
+                protected = sorted(
+                    (v for v in t.hot if versions[v].base_model == bm and kind[v] is not None
+                     and demote[v] is None),
+                    key=lambda v: (-heat[v], v),
+                )
+                for vid in protected:
+                    k = kind[vid]
+                    assert k is not None
+                    if taken[k] >= hot_share_limit(k, slots, cfg):
+                        continue
+                    if sum(taken.values()) >= max_pins(slots):
+                        break
+                    taken[k] += 1
+                    t.pins.add(vid)
+
+        actions: list[Action] = []
+        for t in targets:
+            actions.extend(self._hot_actions(t, versions, heat, demote, replicas))
+            actions.extend(self._warm_actions(t, snapshot, targets, value, kind, now))
+        actions.extend(self._prewarm_actions(snapshot, targets, kind))
+        return Plan.of(actions)
+
+    def _wanted_replicas(
+        self,
+        meta: VersionMeta,
+        is_incumbent: bool,
+        heat: float,
+        rate: float,
+        is_hottest: bool,
+        kind: Protection | None,
+        n_serving: int,
+    ) -> tuple[int, Reason]:
+        """How many HOT replicas a version should have, and why its first one is promoted."""
+        pl = self.config.placement
+        reason = Reason.HEAT
+        wanted = 0
+        if is_incumbent or heat >= pl.promote_min_heat:
+            wanted = 1
+        if meta.warmup > 0.0 and wanted == 0:
+            wanted, reason = 1, Reason.SCHEDULED_WARMUP
+        if wanted and (is_hottest or kind is Protection.PRIORITY):
+            wanted = max(wanted, pl.min_hot_replicas)
+        if wanted:
+            wanted = max(wanted, math.ceil(rate / pl.replica_qps))
+        return min(wanted, pl.max_hot_replicas, n_serving), reason
+
+    @staticmethod
+    def _pick_worker(
+        targets: list[_Target], vid: str, meta: VersionMeta, versions: Mapping[str, VersionMeta]
+    ) -> _Target | None:
+        """Best worker for one more HOT replica: where it is HOT, then where a slot is free
+        without displacing anyone, then where it is WARM, then the least loaded."""
+        best: tuple[tuple[bool, bool, bool, float, int], _Target] | None = None
+        for t in targets:
+            w = t.worker
+            bm = meta.base_model
+            if bm not in w.hot_slots or vid in t.hot or t.slots_left.get(bm, 0) <= 0:
+                continue
+            if t.bytes_needed + meta.size_bytes > w.warm_bytes:
+                continue
+            pending_incumbents = sum(
+                1 for v in w.hot if v not in t.hot and v != vid and versions[v].base_model == bm
+            )
+            free_without_displacing = t.slots_left[bm] > pending_incumbents
+            key = (
+                vid not in w.hot,
+                not free_without_displacing,
+                vid not in w.resident(),
+                t.load,
+                _stable_hash(vid, w.worker_id),
+            )
+            if best is None or key < best[0]:
+                best = (key, t)
+        return None if best is None else best[1]
+
+    @staticmethod
+    def _hot_actions(
+        t: _Target,
+        versions: Mapping[str, VersionMeta],
+        heat: Mapping[str, float],
+        demote: Mapping[str, Reason | None],
+        replicas: Mapping[str, int],
+    ) -> list[Action]:
+        w = t.worker
+        pins = t.pins or set()
+        out: list[Action] = []
+        for vid in sorted(w.hot):
+            if vid in t.hot:
+                if vid in w.pinned and vid not in pins:
+                    out.append(Action(ActionKind.UNPIN, w.worker_id, vid, Reason.UNPROTECTED))
+                continue
+            reason = demote[vid]
+            if reason is None and replicas.get(vid, 0) > 0:
+                reason = Reason.REPLICA_SURPLUS
+            if reason is None:
+                bm = versions[vid].base_model
+                over = sum(1 for v in w.hot if versions[v].base_model == bm) > w.hot_slots.get(bm, 0)
+                reason = Reason.CAPACITY if over else Reason.DISPLACED
+            if vid in w.pinned:
+                out.append(Action(ActionKind.UNPIN, w.worker_id, vid, reason))
+            out.append(Action(ActionKind.DEMOTE, w.worker_id, vid, reason, f"heat {heat[vid]:.4g}"))
+        for vid, why in sorted(t.hot.items()):
+            if why is not None:
+                out.append(
+                    Action(ActionKind.PROMOTE, w.worker_id, vid, why, f"heat {heat[vid]:.4g}")
+                )
+        for vid in sorted(pins - w.pinned):
+            out.append(Action(ActionKind.PIN, w.worker_id, vid, Reason.PROTECTED))
+        return out
+
+    def _warm_actions(
+        self,
+        t: _Target,
+        snapshot: Snapshot,
+        targets: list[_Target],
+        value: Mapping[str, float],
+        kind: Mapping[str, Protection | None],
+        now: float,
+    ) -> list[Action]:
+        """Keep what the HOT target needs, then protected versions, then the best value per byte."""
+        w = t.worker
+        versions = snapshot.versions
+        cap = w.warm_bytes
+        keep: set[str] = set(t.hot) | {v for v in w.resident() if w.busy(v)}
+        used = sum(versions[v].size_bytes for v in keep)
+        out: list[Action] = []
+        rest = sorted(w.resident() - keep, key=lambda v: (-value[v], v))
+        protected = [v for v in rest if kind[v] is not None]
+        others = [v for v in rest if kind[v] is None]
+        for vid in protected:
+            size = versions[vid].size_bytes
+            if used + size <= cap:
+                keep.add(vid)
+                used += size
+            else:
+                out.append(
+                    Action(ActionKind.EVICT, w.worker_id, vid, Reason.PROTECTION_OVERFLOW,
+                           f"protected versions exceed {cap} host bytes")
+                )
+        for vid in others:
+            meta = versions[vid]
+            if meta.superseded:
+                out.append(Action(ActionKind.EVICT, w.worker_id, vid, Reason.SUPERSEDED))
+                continue
+            idle = eviction_reason(meta, snapshot.stats_of(vid), now, self.config)
+            if idle is not None:
+                out.append(Action(ActionKind.EVICT, w.worker_id, vid, idle))
+                continue
+            if used + meta.size_bytes <= cap:
+                keep.add(vid)
+                used += meta.size_bytes
+                continue
+            reason = Reason.CAPACITY if self._resident_bytes(w, snapshot) > cap else Reason.DISPLACED
+            out.append(
+                Action(ActionKind.EVICT, w.worker_id, vid, reason, f"value {value[vid]:.4g}/GB")
+            )
+        t.bytes_needed = used
+        return out
+
+    @staticmethod
+    def _resident_bytes(w: WorkerState, snapshot: Snapshot) -> int:
+        return sum(snapshot.versions[v].size_bytes for v in w.resident())
+
+    @staticmethod
+    def _prewarm_actions(
+        snapshot: Snapshot, targets: list[_Target], kind: Mapping[str, Protection | None]
+    ) -> list[Action]:
+        """Prefetch active canaries and scheduled warm-ups that no worker holds yet."""
+        out: list[Action] = []
+        placed = {v for t in targets for v in t.worker.resident()} | {
+            v for t in targets for v in t.hot
+        }
+        for vid in sorted(snapshot.versions):
+            meta = snapshot.versions[vid]
+            if vid in placed or meta.superseded:
+                continue
+            if kind[vid] is Protection.CANARY:
+                reason = Reason.CANARY_PREWARM
+            elif meta.warmup > 0.0:
+                reason = Reason.SCHEDULED_WARMUP
+            else:
+                continue
+            best: tuple[tuple[float, int], _Target] | None = None
+            for t in targets:
+                w = t.worker
+                if meta.base_model not in w.hot_slots:
+                    continue
+                if t.bytes_needed + meta.size_bytes > w.warm_bytes:
+                    continue
+                key = (t.bytes_needed / max(w.warm_bytes, 1), _stable_hash(vid, w.worker_id))
+                if best is None or key < best[0]:
+                    best = (key, t)
+            if best is None:
+                continue
+            t = best[1]
+            t.bytes_needed += meta.size_bytes
+            out.append(Action(ActionKind.PREFETCH, t.worker.worker_id, vid, reason))
+        return out
+
+
+class SnapshotError(ValueError):
+    """The snapshot is inconsistent; ``problems`` lists every reason."""
+
+    retriable = False
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("inconsistent snapshot: " + "; ".join(self.problems))
