@@ -201,6 +201,11 @@ class OutboxMetrics(PerRegistry):
             "Failed publish attempts (the row stays and is sent again).",
             ["topic"], registry=registry,
         )
+        self.broker_errors = Counter(
+            "loraplane_outbox_broker_errors",
+            "Relay rounds that failed on the broker (connect, metadata, send).",
+            registry=registry,
+        )
         self.producer_restarts = Counter(
             "loraplane_outbox_producer_restarts",
             "Kafka producers dropped and recreated after a failure.",
@@ -295,6 +300,8 @@ class OutboxRelay:
         """Rows this relay has published since it started."""
         self.producers_created = 0
         """Producers started so far (a restart after a failure adds one)."""
+        self.broker_failures = 0
+        """Relay rounds that failed on the broker since start."""
 
     # ------------------------------------------------------------------ producer
 
@@ -397,6 +404,8 @@ class OutboxRelay:
         try:
             published = await self.publish_batch(conn)
         except (BrokerUnavailable, KafkaError, TimeoutError, OSError) as exc:
+            self.broker_failures += 1
+            self.metrics.broker_errors.inc()
             await self._drop_producer()
             delay = backoff_delay(
                 self._failures, base_s=self.backoff_base_s, cap_s=self.backoff_cap_s
