@@ -148,6 +148,8 @@ class CacheCore:
         self.planner = Planner(policy, policy_config, rules)
         self.decisions = DecisionLog(decision_capacity)
         self._ids = id_factory
+        self._queued: list[CommandSpec] = []
+        self._no_load: dict[tuple[str, str], float] = {}
 
     @property
     def policy_name(self) -> str:
@@ -184,7 +186,10 @@ class CacheCore:
         gone = self.state.expire_workers(now, self.worker_timeout_s)
         for wid in gone:
             resolutions.extend(self.tracker.forget_worker(wid, now))
-        rnd = self.planner.plan(self.state, self.tracker, now)
+        self._no_load = {k: until for k, until in self._no_load.items() if until > now}
+        queued, self._queued = self._queued, []
+        rnd = self.planner.plan(self.state, self.tracker, now, extra=queued,
+                                no_load=frozenset(self._no_load))
         issued: list[Issued] = []
         for spec in rnd.commands:
             rec = self.state.versions[spec.version_id]
@@ -194,6 +199,12 @@ class CacheCore:
                                           w.tier_of(spec.version_id), now)
             issued.append(Issued(pending, rec, entry))
         return RoundResult(issued, resolutions, gone, rnd)
+
+    def shadow_failed(self, worker_id: str, vid: str, now: float, detail: str) -> None:
+        """A canary failed its golden set on a worker: demote it there and keep it away."""
+        self._no_load[(worker_id, vid)] = now + self.rules.commands.backoff_max_s
+        self._queued.append(CommandSpec(CommandKind.DEMOTE, worker_id, vid, "golden_set_failed",
+                                        detail, source="rule:canary_shadow"))
 
     def publish_failed(self, command_id: str, now: float) -> Resolution | None:
         """The command never reached the broker: count a retriable failure."""

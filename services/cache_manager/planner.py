@@ -190,6 +190,7 @@ class Planner:
         self.policy_config = policy_config
         self.rules = rules
         self.bandwidths = bandwidths or Bandwidths()
+        self._no_load: frozenset[tuple[str, str]] = frozenset()
 
     # ------------------------------------------------------------------ snapshot
 
@@ -285,8 +286,22 @@ class Planner:
 
     # ------------------------------------------------------------------ plan
 
-    def plan(self, state: State, tracker: CommandTracker, now: float) -> Round:
-        """One planning round (see the module docstring)."""
+    def plan(
+        self,
+        state: State,
+        tracker: CommandTracker,
+        now: float,
+        *,
+        extra: Iterable[CommandSpec] = (),
+        no_load: frozenset[tuple[str, str]] = frozenset(),
+    ) -> Round:
+        """One planning round (see the module docstring).
+
+        ``extra``: commands asked from outside the policy (e.g. demote a canary that failed
+        its golden set), handled like business rules; ``no_load``: (worker, version) keys
+        that must not be loaded now.
+        """
+        self._no_load = no_load
         proj = project(state, tracker)
         snapshot = self.build_snapshot(state, proj, now)
         notes: list[str] = []
@@ -301,6 +316,7 @@ class Planner:
             notes.append(f"policy {self.policy.name} failed; business rules only")
         specs = self._merge(plan)
         rule_specs, protected_keys = self._rules(state, proj, specs, snapshot, tracker, now, notes)
+        rule_specs = [*extra, *rule_specs]
         # A rule wins over the policy on the same key.
         rule_keys = {(s.worker_id, s.version_id) for s in rule_specs}
         specs = [
@@ -529,7 +545,7 @@ class Planner:
         bm = rec.ref.base_model
         scored: list[tuple[tuple[int, int, int, str], str]] = []
         for wid, pr in proj.items():
-            if wid in holders or not pr.view.serves(bm):
+            if wid in holders or not pr.view.serves(bm) or (wid, rec.version_id) in self._no_load:
                 continue
             cap = pr.view.capacities[bm]
             if cap.slots <= 0 or (cap.max_lora_rank and rec.rank > cap.max_lora_rank):
@@ -634,6 +650,9 @@ class Planner:
             else:
                 if rec is None or not rec.status.loadable:
                     drop(spec, "version may not be loaded")
+                    continue
+                if key in self._no_load:
+                    drop(spec, "loading it here is blocked (failed golden set)")
                     continue
                 bm = rec.ref.base_model
                 cap = pr.view.capacities.get(bm)

@@ -99,6 +99,8 @@ class WorkerView:
     ready: bool = False
     last_seen: float = 0.0
     """Event time of the last report (any kind)."""
+    snapshot_at: float = 0.0
+    """Event time of the last full snapshot (older incremental reports no longer apply)."""
     alive: bool = True
     synced: bool = False
     """A full snapshot arrived since the worker was (re)discovered."""
@@ -388,7 +390,10 @@ class State:
             self.workers[wid] = w
         self._touch(w, t, out)
         ref = Ref.of(rep.meta.adapter)
-        vid = ref.version_id if ref.adapter_name else ""
+        # A report older than the snapshot we hold is already reflected in it (e.g. replayed
+        # after a takeover that fetched the state directly): answer its command, change nothing.
+        full_vid = ref.version_id if ref.adapter_name else ""
+        vid = full_vid if t >= w.snapshot_at else ""
         if arm == "loaded":
             ld = rep.loaded
             if vid:
@@ -407,7 +412,7 @@ class State:
                 p.tier = tier
                 p.pinned = ld.pinned and tier is Tier.HOT
             if rep.command_id:
-                out.outcomes.append(Outcome(rep.command_id, wid, vid, ok=True))
+                out.outcomes.append(Outcome(rep.command_id, wid, full_vid, ok=True))
         elif arm == "evicted":
             ev = rep.evicted
             if vid:
@@ -421,13 +426,13 @@ class State:
                         p.pinned = False
                         p.loaded_at = t
             if rep.command_id:
-                out.outcomes.append(Outcome(rep.command_id, wid, vid, ok=True))
+                out.outcomes.append(Outcome(rep.command_id, wid, full_vid, ok=True))
         elif arm == "failed":
             f = rep.failed
             code = events_pb2.LoadErrorCode.Name(f.code)
             if rep.command_id:
                 out.outcomes.append(
-                    Outcome(rep.command_id, wid, vid, ok=False, retriable=f.retriable,
+                    Outcome(rep.command_id, wid, full_vid, ok=False, retriable=f.retriable,
                             code=code, message=f.message)
                 )
 
@@ -490,6 +495,7 @@ class State:
                 if st.last_access is None or st.last_access < last_used:
                     st.last_access = last_used
         w.placements = placements
+        w.snapshot_at = max(w.snapshot_at, t)
         w.synced = True
         w.last_seen = max(w.last_seen, t)
         if not was_alive:

@@ -162,3 +162,11 @@ def test_prewarm_boost_expires() -> None:
     assert "prewarm" in out.triggers and st.boosts[A.version_id].target_worker == "w2"
     st.expire_boosts(T0 + 11)
     assert A.version_id not in st.boosts
+
+
+def test_reports_older_than_the_snapshot_do_not_change_placement() -> None:
+    st = State()
+    st.apply(ev.snapshot(ev.WorkerSpec("w1", held=[]), 9, T0 + 10), T0 + 10)
+    out = st.apply(ev.loaded("w1", A, T0 + 5, command_id="old"), T0 + 11)
+    assert st.workers["w1"].tier_of(A.version_id) is Tier.COLD
+    assert out.outcomes[0].version_id == A.version_id  # the command is still answered

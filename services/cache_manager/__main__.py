@@ -1,0 +1,74 @@
+"""``python -m loraplane.cache_manager``: one cache-manager instance (leader or standby).
+
+Environment: ``LORAPLANE_CACHE_MANAGER_*`` (see :mod:`loraplane.cache_manager.settings`)
+plus the common ``LORAPLANE_POSTGRES_DSN`` / ``LORAPLANE_KAFKA_BOOTSTRAP``. Start two
+for failover: the second stands by until the first dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from loraplane.cache_manager.grpc_api import CacheManagerApi
+from loraplane.cache_manager.rules import RulesConfig, load_rules
+from loraplane.cache_manager.service import CacheManagerService
+from loraplane.cache_manager.settings import CacheManagerSettings
+from loraplane.policy.config import PolicyConfig, load_config
+from loraplane.shared.grpcutil import Service, build_server
+from loraplane.shared.kafka_admin import ensure_topics
+from loraplane.shared.metrics import start_metrics_server
+from loraplane.v1 import cache_pb2_grpc
+
+log = logging.getLogger("loraplane.cache_manager")
+
+
+async def serve(
+    settings: CacheManagerSettings, rules: RulesConfig, policy_config: PolicyConfig
+) -> None:
+    """Serve ``/metrics`` and the read API, and stand by / lead until SIGINT or SIGTERM."""
+    start_metrics_server(settings.cache_manager_metrics_port, addr=settings.cache_manager_bind)
+    service = CacheManagerService(settings, rules, policy_config)
+    api = CacheManagerApi(lambda: service.core, settings.instance)
+    server = build_server(
+        [Service(cache_pb2_grpc.add_CacheManagerServicer_to_server, api,
+                 "loraplane.v1.CacheManager")],
+        port=settings.cache_manager_grpc_port, host=settings.cache_manager_bind,
+    )
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("cache manager %s: gRPC on %s:%d, metrics on %d, policy %s",
+             settings.instance, settings.cache_manager_bind, server.port,
+             settings.cache_manager_metrics_port, rules.policy)
+    try:
+        while not stop.is_set():
+            try:
+                await ensure_topics(settings.kafka_bootstrap)
+                break
+            except Exception as exc:  # noqa: BLE001 - broker not up yet: retry
+                log.info("waiting for Kafka: %s", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+        await service.run(stop)
+    finally:
+        await server.stop(settings.cache_manager_grace_s)
+
+
+def main() -> None:
+    """Entry point."""
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    settings = CacheManagerSettings()
+    rules = load_rules(settings.cache_manager_rules_file)
+    policy_config = load_config(rules.policy_config)
+    asyncio.run(serve(settings, rules, policy_config))
+
+
+if __name__ == "__main__":
+    main()

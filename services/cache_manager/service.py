@@ -1,0 +1,470 @@
+"""The cache-manager process: leader election, consumption, planning rounds, commands.
+
+Life of an instance (:meth:`CacheManagerService.run`):
+
+1. **Standby**: try the leader lock every ``leader_poll_s``; the read API answers
+   UNAVAILABLE; ``/metrics`` answers (``loraplane_cache_leader 0``).
+2. **Takeover** (lock acquired): build a fresh :class:`~loraplane.cache_manager.core.CacheCore`;
+   load the registry (versions, pointers), the saved heat statistics and the
+   directory of recently seen workers from Postgres; start the consumer (resumes
+   at the committed offsets) and the producer; ask every known worker for its
+   state (``WorkerInternal.GetState``). No command is sent until every known
+   worker is synced or ``bootstrap_grace_s`` passed, so a restart neither
+   reloads what is loaded nor evicts what it has not seen yet.
+3. **Leading**: three tasks —
+   *consume* (apply events; triggers wake the planner early),
+   *decide* (a round per trigger or per ``tick_s``; the lock is checked before
+   every batch of commands; commands published keyed by worker),
+   *housekeeping* (offset commits, lock checks, statistics and worker directory
+   to Postgres, registry refresh, resolution of versions seen before the
+   registry spoke of them).
+4. Losing the lock (or Postgres) ends leadership: tasks stop, state is dropped,
+   the instance goes back to standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol
+
+import asyncpg
+import grpc
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from loraplane.cache_manager import store
+from loraplane.cache_manager.core import CacheCore
+from loraplane.cache_manager.election import LeaderLock
+from loraplane.cache_manager.kafka_io import CommandSink, EventSource
+from loraplane.cache_manager.messages import build_command
+from loraplane.cache_manager.metrics import CacheMetrics, StateCollector
+from loraplane.cache_manager.model import CommandKind
+from loraplane.cache_manager.rules import RulesConfig
+from loraplane.cache_manager.settings import CacheManagerSettings
+from loraplane.cache_manager.shadow import GrpcShadowRunner, ShadowRunner
+from loraplane.cache_manager.tracker import Resolution
+from loraplane.policy.config import PolicyConfig
+from loraplane.policy.factory import make_policy
+from loraplane.shared.db import create_pool
+from loraplane.shared.topics import new_meta
+from loraplane.v1 import events_pb2, worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+IMMEDIATE_TRIGGERS = frozenset({
+    "burst", "canary", "rollback", "retire", "promoted", "prewarm", "worker_joined",
+    "worker_restarted", "worker_back", "worker_synced",
+})
+"""Triggers that start a round now rather than at the next tick."""
+
+
+class LostLeadership(Exception):
+    """The lock session ended: stop commanding at once."""
+
+
+class StateFetcher(Protocol):
+    """Asks a worker for its current state (takeover)."""
+
+    async def get_state(self, address: str, timeout_s: float) -> events_pb2.WorkerState:
+        """``WorkerInternal.GetState`` of the worker at ``address``."""
+
+
+class GrpcStateFetcher:
+    """:class:`StateFetcher` over gRPC."""
+
+    async def get_state(self, address: str, timeout_s: float) -> events_pb2.WorkerState:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = worker_pb2_grpc.WorkerInternalStub(channel)
+            state: events_pb2.WorkerState = await stub.GetState(
+                worker_pb2.GetStateRequest(), timeout=timeout_s)
+            return state
+
+
+class _CoreHolder:
+    """What the scrape-time collector reads (one per metrics registry)."""
+
+    def __init__(self) -> None:
+        self.core: Callable[[], CacheCore | None] = lambda: None
+
+
+_HOLDERS: dict[int, _CoreHolder] = {}
+
+
+def _holder(registry: CollectorRegistry) -> _CoreHolder:
+    h = _HOLDERS.get(id(registry))
+    if h is None:
+        h = _CoreHolder()
+        _HOLDERS[id(registry)] = h
+        registry.register(StateCollector(lambda: h.core()))
+    return h
+
+
+class CacheManagerService:
+    """One cache-manager instance (leader or standby)."""
+
+    def __init__(
+        self,
+        settings: CacheManagerSettings,
+        rules: RulesConfig,
+        policy_config: PolicyConfig,
+        *,
+        registry: CollectorRegistry = REGISTRY,
+        clock: Callable[[], float] = time.time,
+        fetcher: StateFetcher | None = None,
+        shadow: ShadowRunner | None = None,
+    ) -> None:
+        self.settings = settings
+        self.rules = rules
+        self.policy_config = policy_config
+        self.clock = clock
+        self.metrics = CacheMetrics.for_registry(registry)
+        _holder(registry).core = lambda: self.core
+        self.fetcher = fetcher or GrpcStateFetcher()
+        self.shadow = shadow or GrpcShadowRunner()
+        make_policy(rules.policy, policy_config)  # fail at start on an unknown policy name
+        self.core: CacheCore | None = None
+        self.ready = False
+        self._trigger = asyncio.Event()
+        self._trigger_at: float | None = None
+        self._trigger_cause = ""
+        self._unresolved: set[str] = set()
+        self._source: EventSource | None = None
+        self._shadow_tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Stand by, lead when elected, until ``stop`` is set."""
+        s = self.settings
+        lock = LeaderLock(s.postgres_dsn, s.cache_manager_lock_key)
+        while not stop.is_set():
+            if not await lock.acquire(stop, s.cache_manager_leader_poll_s):
+                break
+            log.info("cache manager %s: leader", s.instance)
+            self.metrics.takeovers.inc()
+            try:
+                await self._lead(lock, stop)
+            except LostLeadership:
+                log.warning("cache manager %s: lost leadership", s.instance)
+            except Exception:
+                log.exception("cache manager %s: leadership ended by an error", s.instance)
+                await _sleep_or(stop, s.cache_manager_leader_poll_s)
+            finally:
+                self.core = None
+                self.ready = False
+                self.metrics.leader.set(0)
+                await lock.release()
+        await lock.release()
+
+    async def _lead(self, lock: LeaderLock, stop: asyncio.Event) -> None:
+        s = self.settings
+        started = time.perf_counter()
+        core = CacheCore(
+            policy=make_policy(self.rules.policy, self.policy_config),
+            policy_config=self.policy_config, rules=self.rules,
+            worker_timeout_s=s.cache_manager_worker_timeout_s,
+        )
+        pool = await create_pool(s.postgres_dsn, min_size=1, max_size=4)
+        source = EventSource(s.kafka_bootstrap, s.cache_manager_consumer_group)
+        sink = CommandSink(s.kafka_bootstrap)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            async with pool.acquire() as conn:
+                records, pointers = await store.read_registry(conn)
+                core.state.load_registry(records, pointers)
+                core.state.stats.update(await store.load_stats(conn, core.state.tau_s))
+                known = await store.load_workers(
+                    conn, max_age_s=s.cache_manager_worker_timeout_s)
+            await source.start()
+            self._source = source
+            await sink.start()
+            self.core = core
+            self.ready = False
+            self.metrics.leader.set(1)
+            await self._fetch_states(core, known)
+            ready_by = time.monotonic() + s.cache_manager_bootstrap_grace_s
+            log.info("takeover: %d versions, %d stats, %d known workers (%d synced) in %.3fs",
+                     len(records), len(core.state.stats), len(known),
+                     sum(1 for w in known if (v := core.state.workers.get(w)) and v.synced),
+                     time.perf_counter() - started)
+            tasks = [
+                asyncio.create_task(self._consume(core), name="cm-consume"),
+                asyncio.create_task(self._decide(core, lock, sink, known, ready_by, started),
+                                    name="cm-decide"),
+                asyncio.create_task(self._housekeeping(core, lock, pool), name="cm-house"),
+            ]
+            stopper = asyncio.create_task(stop.wait(), name="cm-stop")
+            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            for t in done:
+                if t is not stopper and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+        finally:
+            for t in [*tasks, *self._shadow_tasks]:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+            if self.core is core:
+                with contextlib.suppress(Exception):
+                    await self._flush(core, pool)
+            if self._source is not None:
+                with contextlib.suppress(Exception):
+                    await self._source.commit()
+                await self._source.stop()
+                self._source = None
+            await sink.stop()
+            await pool.close()
+
+    async def _fetch_states(self, core: CacheCore, known: Mapping[str, str]) -> None:
+        """Ask every known worker for its state (concurrently, bounded by the timeout)."""
+        timeout = self.settings.cache_manager_get_state_timeout_s
+
+        async def one(wid: str, address: str) -> None:
+            if not address:
+                return
+            try:
+                ws = await self.fetcher.get_state(address, timeout)
+            except Exception as exc:  # noqa: BLE001 - an unreachable worker waits for its snapshot
+                log.info("GetState %s at %s failed: %s", wid, address, exc)
+                return
+            report = events_pb2.WorkerReport(
+                meta=new_meta(self.settings.producer), worker_id=ws.worker_id or wid, state=ws)
+            core.apply(report, self.clock())
+
+        await asyncio.gather(*(one(w, a) for w, a in known.items()))
+
+    # ------------------------------------------------------------------ consume
+
+    async def _consume(self, core: CacheCore) -> None:
+        s = self.settings
+        last_record = time.monotonic()
+        while True:
+            source = self._source
+            assert source is not None
+            try:
+                batch = await source.poll(timeout_ms=500)
+            except Exception as exc:  # noqa: BLE001 - recreate the consumer
+                log.warning("consumer error, recreating: %s", exc)
+                await self._recreate_source()
+                last_record = time.monotonic()
+                continue
+            now = self.clock()
+            if batch:
+                last_record = time.monotonic()
+            elif time.monotonic() - last_record > s.cache_manager_consumer_stall_s and any(
+                    w.alive for w in core.state.workers.values()):
+                log.warning("no record for %.0fs while workers are alive: recreating consumer",
+                            s.cache_manager_consumer_stall_s)
+                await self._recreate_source()
+                last_record = time.monotonic()
+                continue
+            for rec in batch:
+                if rec.message is None:
+                    self.metrics.events.labels(rec.topic, "undecodable").inc()
+                    continue
+                result = core.apply(rec.message, now)
+                applied = result.applied
+                self.metrics.events.labels(
+                    rec.topic, "duplicate" if applied.duplicate else "applied").inc()
+                if applied.unresolved:
+                    self._unresolved.update(applied.unresolved)
+                self._resolutions(core, result.resolutions)
+                if any(t in IMMEDIATE_TRIGGERS for t in applied.triggers):
+                    if self._trigger_at is None:
+                        self._trigger_at = time.perf_counter()
+                        self._trigger_cause = applied.triggers[0]
+                    self._trigger.set()
+
+    async def _recreate_source(self) -> None:
+        s = self.settings
+        self.metrics.consumer_restarts.inc()
+        old = self._source
+        if old is not None:
+            await old.stop()
+        while True:
+            source = EventSource(s.kafka_bootstrap, s.cache_manager_consumer_group)
+            try:
+                await source.start()
+            except Exception as exc:  # noqa: BLE001 - broker still away: retry
+                log.info("consumer restart failed: %s", exc)
+                await source.stop()
+                await asyncio.sleep(1.0)
+                continue
+            self._source = source
+            return
+
+    def _resolutions(self, core: CacheCore, resolutions: list[Resolution]) -> None:
+        for res in resolutions:
+            kind = res.pending.spec.kind
+            self.metrics.commands.labels(kind.value, res.result).inc()
+            if res.result in ("ok", "failed"):
+                self.metrics.command_seconds.labels(kind.value).observe(res.latency_s)
+            if res.result != "ok":
+                log.info("command %s %s %s on %s: %s %s", res.pending.command_id, kind.value,
+                         res.pending.spec.version_id, res.pending.spec.worker_id, res.result,
+                         res.code)
+            elif kind is CommandKind.LOAD_HOT and self.rules.canary.golden_set:
+                self._maybe_shadow(core, res)
+
+    def _maybe_shadow(self, core: CacheCore, res: Resolution) -> None:
+        vid, wid = res.pending.spec.version_id, res.pending.spec.worker_id
+        rec = core.state.versions.get(vid)
+        w = core.state.workers.get(wid)
+        if rec is None or w is None or not w.grpc_address or not core.state.is_staged_canary(rec):
+            return
+        canary = self.rules.canary
+
+        async def exercise() -> None:
+            result = await self.shadow.run(
+                w.grpc_address, rec, list(canary.golden_set),
+                max_tokens=canary.golden_max_tokens, timeout_s=canary.golden_timeout_s)
+            self.metrics.shadow.labels("ok").inc(result.ok)
+            self.metrics.shadow.labels("failed").inc(result.failed)
+            if result.failed > canary.golden_max_failures and self.core is core:
+                log.warning("canary %s failed its golden set on %s: %s", vid, wid, result.errors)
+                core.shadow_failed(wid, vid, self.clock(),
+                                   f"{result.failed} of {result.ok + result.failed} failed")
+                self._trigger.set()
+
+        task = asyncio.create_task(exercise(), name=f"cm-shadow-{vid}-{wid}")
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
+
+    # ------------------------------------------------------------------ decide
+
+    async def _decide(
+        self, core: CacheCore, lock: LeaderLock, sink: CommandSink, known: Mapping[str, str],
+        ready_by: float, started: float,
+    ) -> None:
+        s = self.settings
+        last_round = 0.0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._trigger.wait(), timeout=s.cache_manager_tick_s)
+            cause = "trigger" if self._trigger.is_set() else "tick"
+            if not self.ready:
+                synced = bool(known) and all(
+                    (w := core.state.workers.get(wid)) is not None and w.synced for wid in known)
+                if not synced and time.monotonic() < ready_by:
+                    self._trigger.clear()
+                    continue
+                self.ready = True
+                self.metrics.takeover_seconds.observe(time.perf_counter() - started)
+                log.info("state rebuilt in %.2fs (%s): planning starts",
+                         time.perf_counter() - started, "all workers synced" if synced
+                         else "grace elapsed")
+            wait = s.cache_manager_min_round_interval_s - (time.monotonic() - last_round)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._trigger.clear()
+            trigger_at, self._trigger_at = self._trigger_at, None
+            last_round = time.monotonic()
+            await self.round_once(core, lock, sink, cause, trigger_at)
+
+    async def round_once(
+        self, core: CacheCore, lock: LeaderLock, sink: CommandSink, cause: str,
+        trigger_at: float | None = None,
+    ) -> int:
+        """One planning round; returns the number of commands published."""
+        t0 = time.perf_counter()
+        result = core.round(self.clock())
+        self.metrics.decision_seconds.observe(time.perf_counter() - t0)
+        self.metrics.rounds.labels(cause).inc()
+        self._resolutions(core, result.resolutions)
+        for wid in result.gone_workers:
+            log.warning("worker %s stopped reporting: gone", wid)
+        for note in result.round.notes:
+            log.debug("round: %s", note)
+        if not result.issued:
+            return 0
+        if not await lock.still_held():
+            raise LostLeadership()
+        messages = [build_command(i, self.settings.producer) for i in result.issued]
+        errors = await sink.publish(messages)
+        published = 0
+        now = self.clock()
+        for issued, err in zip(result.issued, errors, strict=True):
+            spec = issued.pending.spec
+            if err is not None:
+                log.warning("publish of %s failed: %s", issued.pending.command_id, err)
+                core.publish_failed(issued.pending.command_id, now)
+                self.metrics.commands.labels(spec.kind.value, "publish_failed").inc()
+                continue
+            published += 1
+            self.metrics.commands.labels(spec.kind.value, "issued").inc()
+            if spec.kind in (CommandKind.DEMOTE, CommandKind.EVICT):
+                self.metrics.removals.labels(spec.kind.value, spec.reason).inc()
+            elif spec.kind in (CommandKind.LOAD_HOT, CommandKind.LOAD_WARM):
+                tier = "hot" if spec.kind is CommandKind.LOAD_HOT else "warm"
+                self.metrics.loads.labels(tier, spec.reason).inc()
+            log.info("decision %d: %s %s on %s (%s%s) heat=%.3f by %s",
+                     issued.decision.id, spec.kind.value, spec.version_id, spec.worker_id,
+                     spec.reason, f": {spec.detail}" if spec.detail else "", spec.heat,
+                     spec.source)
+        if trigger_at is not None:
+            self.metrics.trigger_seconds.observe(time.perf_counter() - trigger_at)
+        return published
+
+    # ------------------------------------------------------------------ housekeeping
+
+    async def _housekeeping(self, core: CacheCore, lock: LeaderLock, pool: asyncpg.Pool) -> None:
+        s = self.settings
+        due = {"commit": 0.0, "lock": 0.0, "flush": 0.0, "refresh": time.monotonic()
+               + s.cache_manager_registry_refresh_s}
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            if now >= due["lock"]:
+                due["lock"] = now + s.cache_manager_leader_poll_s
+                if not await lock.still_held():
+                    raise LostLeadership()
+            if now >= due["commit"] and self._source is not None:
+                due["commit"] = now + s.cache_manager_commit_interval_s
+                try:
+                    await self._source.commit()
+                except Exception as exc:  # noqa: BLE001 - retried next period
+                    log.info("offset commit failed: %s", exc)
+            if self._unresolved:
+                wanted, self._unresolved = self._unresolved, set()
+                await self._guarded(self._resolve(core, pool, wanted))
+            if now >= due["flush"]:
+                due["flush"] = now + s.cache_manager_stats_flush_s
+                await self._guarded(self._flush(core, pool))
+            if now >= due["refresh"]:
+                due["refresh"] = now + s.cache_manager_registry_refresh_s
+                await self._guarded(self._refresh(core, pool))
+
+    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("database work failed (retried later): %s", exc)
+
+    async def _resolve(self, core: CacheCore, pool: asyncpg.Pool, wanted: set[str]) -> None:
+        async with pool.acquire() as conn:
+            found = await store.lookup_versions(conn, sorted(wanted))
+        for vid, rec in found.items():
+            core.state.resolve(vid, rec)
+        self._trigger.set()
+
+    async def _refresh(self, core: CacheCore, pool: asyncpg.Pool) -> None:
+        async with pool.acquire() as conn:
+            records, pointers = await store.read_registry(conn)
+        core.state.load_registry(records, pointers)
+
+    async def _flush(self, core: CacheCore, pool: asyncpg.Pool) -> None:
+        stats = dict(core.state.stats)
+        workers = {w.worker_id: w.grpc_address for w in list(core.state.workers.values())
+                   if w.alive and w.grpc_address}
+        async with pool.acquire() as conn:
+            await store.save_stats(conn, stats)
+            await store.save_workers(conn, workers)
+
+
+async def _sleep_or(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)

@@ -1,0 +1,189 @@
+"""Postgres I/O of the cache manager: registry reads, statistics and worker directory.
+
+The registry is read **read-only through SQL** on the same database (tables
+``adapter_versions``, ``adapters``, ``tenants``, ``release_pointers``): the cache
+manager needs every version with its status, engine id, artifact and effective
+priority at bootstrap and every refresh, which is one indexed query here and
+would be many paged RPCs through the registry API. The registry stays the only
+writer of those tables.
+
+The cache manager's own tables (migration ``20261129200000_cache_manager.sql``)
+are written by the leader only: ``cache_version_stats`` (heat statistics, so a
+new leader does not see every version as idle) and ``cache_workers`` (where to
+ask for each worker's state at takeover).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import asyncpg
+
+from loraplane.cache_manager.model import (
+    Pointers,
+    Ref,
+    Status,
+    VersionRecord,
+    priority_from_text,
+)
+from loraplane.policy.stats import VersionStats
+
+_VERSIONS_SQL = """
+SELECT a.tenant_id, a.name, v.version, v.base_model, v.engine_id, v.rank, v.artifact_uri,
+       v.sha256, v.size_bytes, v.status::text AS status,
+       COALESCE(v.priority_override, a.priority_override, t.default_priority)::text AS priority
+FROM adapter_versions v
+JOIN adapters a ON a.adapter_id = v.adapter_id
+JOIN tenants t ON t.tenant_id = a.tenant_id
+WHERE v.status <> 'pending'
+"""
+
+_POINTERS_SQL = """
+SELECT adapter_id, stable_version, canary_version, canary_percent, rollback_to, stable_history
+FROM release_pointers
+"""
+
+
+def _status(text: str) -> Status:
+    try:
+        return Status(text)
+    except ValueError:
+        return Status.UNKNOWN
+
+
+def _record(row: Mapping[str, Any]) -> VersionRecord:
+    return VersionRecord(
+        ref=Ref(row["tenant_id"], row["name"], row["version"], row["base_model"]),
+        status=_status(row["status"]),
+        engine_id=int(row["engine_id"]),
+        artifact_uri=row["artifact_uri"],
+        sha256=row["sha256"],
+        size_bytes=int(row["size_bytes"]),
+        rank=int(row["rank"]),
+        priority=priority_from_text(row["priority"]),
+    )
+
+
+def _pointers(row: Mapping[str, Any]) -> Pointers:
+    history = list(row["stable_history"] or [])
+    return Pointers(
+        stable=row["stable_version"] or "",
+        canary=row["canary_version"] or "",
+        canary_percent=int(row["canary_percent"] or 0),
+        rollback_to=row["rollback_to"] or "",
+        previous_stable=history[-1] if history else "",
+    )
+
+
+async def read_registry(
+    conn: asyncpg.Connection,
+) -> tuple[list[VersionRecord], dict[str, Pointers]]:
+    """Every non-pending version and every adapter's release pointers."""
+    rows = await conn.fetch(_VERSIONS_SQL)
+    prow = await conn.fetch(_POINTERS_SQL)
+    return [_record(r) for r in rows], {r["adapter_id"]: _pointers(r) for r in prow}
+
+
+def split_version_id(vid: str) -> tuple[str, str] | None:
+    """``tenant/name@version`` → (adapter id, version); None when malformed."""
+    adapter_id, sep, version = vid.rpartition("@")
+    if not sep or "/" not in adapter_id or not version:
+        return None
+    return adapter_id, version
+
+
+async def lookup_versions(
+    conn: asyncpg.Connection, version_ids: Iterable[str]
+) -> dict[str, VersionRecord | None]:
+    """Registry records of the given versions (None: not in the registry, or pending)."""
+    wanted = {vid: split_version_id(vid) for vid in version_ids}
+    keys = [k for k in wanted.values() if k is not None]
+    found: dict[str, VersionRecord] = {}
+    if keys:
+        rows = await conn.fetch(
+            _VERSIONS_SQL + " AND (v.adapter_id, v.version) IN "
+            "(SELECT * FROM unnest($1::text[], $2::text[]))",
+            [k[0] for k in keys], [k[1] for k in keys],
+        )
+        for r in rows:
+            rec = _record(r)
+            found[rec.version_id] = rec
+    return {vid: found.get(vid) for vid in wanted}
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _restore(row: Mapping[str, Any], tau_s: float) -> VersionStats:
+    st = VersionStats(tau_s)
+    st.decayed_count = float(row["decayed_count"])
+    st.as_of = float(row["as_of"])
+    st.last_access = None if row["last_access"] is None else float(row["last_access"])
+    st.requests = int(row["requests"])
+    st.class_counts = [int(row["interactive"]), int(row["background"]), int(row["canary"])]
+    st.loads = int(row["loads"])
+    st.requests_after_load = int(row["requests_after_load"])
+    st.errors_after_load = int(row["errors_after_load"])
+    return st
+
+
+async def load_stats(conn: asyncpg.Connection, tau_s: float) -> dict[str, VersionStats]:
+    """Every saved statistics row."""
+    rows = await conn.fetch("SELECT * FROM cache_version_stats")
+    return {r["version_id"]: _restore(r, tau_s) for r in rows}
+
+
+async def save_stats(conn: asyncpg.Connection, stats: Mapping[str, VersionStats]) -> int:
+    """Upsert the given statistics; returns the number of rows written."""
+    if not stats:
+        return 0
+    rows = []
+    for vid, st in stats.items():
+        v = st.view()
+        rows.append((vid, v.decayed_count, v.as_of, v.last_access, v.requests, v.interactive,
+                     v.background, v.canary, v.loads, v.requests_after_load,
+                     v.errors_after_load))
+    await conn.executemany(
+        """
+        INSERT INTO cache_version_stats (version_id, decayed_count, as_of, last_access, requests,
+            interactive, background, canary, loads, requests_after_load, errors_after_load,
+            updated_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now())
+        ON CONFLICT (version_id) DO UPDATE SET decayed_count = EXCLUDED.decayed_count,
+            as_of = EXCLUDED.as_of, last_access = EXCLUDED.last_access,
+            requests = EXCLUDED.requests, interactive = EXCLUDED.interactive,
+            background = EXCLUDED.background, canary = EXCLUDED.canary, loads = EXCLUDED.loads,
+            requests_after_load = EXCLUDED.requests_after_load,
+            errors_after_load = EXCLUDED.errors_after_load, updated_at = now()
+        """,
+        rows,
+    )
+    return len(rows)
+
+
+# --------------------------------------------------------------------------- workers
+
+
+async def load_workers(conn: asyncpg.Connection, *, max_age_s: float) -> dict[str, str]:
+    """Workers seen within ``max_age_s`` → their WorkerInternal address."""
+    rows = await conn.fetch(
+        "SELECT worker_id, grpc_address FROM cache_workers "
+        "WHERE last_seen > now() - make_interval(secs => $1)",
+        max_age_s,
+    )
+    return {r["worker_id"]: r["grpc_address"] for r in rows}
+
+
+async def save_workers(conn: asyncpg.Connection, workers: Mapping[str, str]) -> None:
+    """Upsert alive workers (id → address) with ``last_seen = now()``."""
+    if not workers:
+        return
+    await conn.executemany(
+        """
+        INSERT INTO cache_workers (worker_id, grpc_address, last_seen) VALUES ($1, $2, now())
+        ON CONFLICT (worker_id) DO UPDATE SET grpc_address = EXCLUDED.grpc_address,
+            last_seen = now()
+        """,
+        list(workers.items()),
+    )
