@@ -1,0 +1,46 @@
+"""``python -m loraplane.worker``: one inference worker (vLLM engine + host tier).
+
+Start-up: settings (``LORAPLANE_*``), the base model (demo build when not configured),
+the engine (~20-30 s on the CPU), the worker app; ``/metrics`` answers once the worker
+is ready. SIGINT / SIGTERM stop it gracefully. vLLM spawns its engine process, hence
+the ``__main__`` guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from loraplane.shared.metrics import start_metrics_server
+from loraplane.worker.app import WorkerApp
+from loraplane.worker.settings import WorkerSettings
+from loraplane.worker.vllm_engine import VllmEngine
+
+log = logging.getLogger("loraplane.worker")
+
+
+async def main() -> None:
+    """Run the worker until SIGINT / SIGTERM."""
+    settings = WorkerSettings().resolve_models()
+    assert settings.base_model_dir is not None
+    log.info("starting engine for %s from %s", settings.base_model, settings.base_model_dir)
+    engine = await VllmEngine.start(settings.base_model_dir, settings.engine_options())
+    app = WorkerApp(settings, engine)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await app.start()
+        start_metrics_server(settings.worker_metrics_port)
+        log.info("worker %s serving on %s", settings.worker_id, app.grpc_address)
+        await stop.wait()
+    finally:
+        await app.stop()
+        await engine.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(main())

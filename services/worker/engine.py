@@ -1,0 +1,146 @@
+"""The inference engine interface the worker drives, and its value types.
+
+:class:`Engine` is what the worker needs from an inference engine: register an adapter
+version, unregister it, pin / unpin it, list what is registered, and stream a generation.
+Implementations:
+
+* :class:`loraplane.worker.vllm_engine.VllmEngine` — the real one, on vLLM's ``AsyncLLM``;
+* :class:`loraplane.worker.guard.SafeEngine` — wraps any engine and makes vLLM's known
+  killers unreachable (the worker only ever talks to a ``SafeEngine``);
+* :class:`loraplane.worker.null_engine.NullEngine` — control-plane benchmarks only.
+
+Engine integer ids (``engine_id``) are the registry's stable ids of adapter versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """The LoRA limits an engine was started with."""
+
+    max_loras: int
+    """Adapters that can run in one batch (vLLM ``max_loras``: GPU slots)."""
+    max_cpu_loras: int
+    """Adapters that can be registered at once (vLLM ``max_cpu_loras``)."""
+    max_lora_rank: int
+    """Largest rank accepted (vLLM ``max_lora_rank``)."""
+
+    def __post_init__(self) -> None:
+        if self.max_loras < 2:
+            raise ValueError("max_loras must be >= 2 (one slot always stays unpinned)")
+        if self.max_cpu_loras < self.max_loras:
+            raise ValueError("max_cpu_loras must be >= max_loras")
+        if self.max_lora_rank < 1:
+            raise ValueError("max_lora_rank must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineAdapter:
+    """One adapter version as the engine sees it."""
+
+    engine_id: int
+    """Registry's stable integer id (vLLM ``lora_int_id``); > 0."""
+    name: str
+    """Unique name of the version, ``tenant/adapter@version`` (vLLM compares LoRA requests
+    by name, so it must differ between versions)."""
+    path: Path
+    """Directory holding the verified ``adapter_config.json`` + ``adapter_model.safetensors``."""
+    rank: int
+    """LoRA rank r as read from the verified ``adapter_config.json``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """Sampling parameters of one generation."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """One generation: the adapter is always set (the base model is served through the
+    worker's all-zero adapter, never as a no-LoRA request)."""
+
+    request_id: str
+    prompt: str
+    sampling: Sampling
+    adapter: EngineAdapter
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChunk:
+    """Output since the previous chunk of one generation."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finished: bool
+    finish_reason: str | None = None
+    """``"stop"``, ``"length"`` or ``"abort"`` on the last chunk."""
+    prompt_tokens: int = 0
+    """Prompt length in tokens (set on every chunk)."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An inference engine serving one base model with LoRA adapters."""
+
+    @property
+    def limits(self) -> EngineLimits:
+        """The LoRA limits the engine was started with."""
+        ...
+
+    @property
+    def base_model_dir(self) -> Path:
+        """Directory of the served base model."""
+        ...
+
+    async def register(self, adapter: EngineAdapter) -> None:
+        """Load the adapter into the engine (idempotent for an already registered id)."""
+        ...
+
+    async def unregister(self, engine_id: int) -> None:
+        """Remove the adapter from the engine (no-op when absent)."""
+        ...
+
+    async def pin(self, engine_id: int) -> None:
+        """Keep the registered adapter in the engine's slots (never evicted by the engine)."""
+        ...
+
+    async def unpin(self, adapter: EngineAdapter) -> None:
+        """Release the pin of a registered adapter (it stays registered)."""
+        ...
+
+    async def list(self) -> set[int]:
+        """Engine ids of every registered adapter."""
+        ...
+
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineChunk]:
+        """Stream the generation; closing the iterator early aborts the request."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a running request (no-op when it is unknown or finished)."""
+        ...
+
+    def unfinished_requests(self) -> int:
+        """Requests the engine is still running."""
+        ...
+
+    @property
+    def dead(self) -> bool:
+        """True once the engine has failed for good."""
+        ...
+
+    async def close(self) -> None:
+        """Shut the engine down."""
+        ...

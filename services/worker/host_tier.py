@@ -1,0 +1,375 @@
+"""The WARM tier: verified adapter files on the worker's local disk, under a byte budget.
+
+Layout under ``root``::
+
+    <engine_id>-<sha256[:16]>/meta.json      what the entry is (ArtifactSpec + verification)
+    <engine_id>-<sha256[:16]>/files/         adapter_config.json, adapter_model.safetensors,
+                                             model.sig (exactly what object storage holds)
+    .incoming/<uuid>/                        downloads in progress (deleted on restart)
+    .trash/<uuid>/                           evicted entries being deleted
+
+A fetch lists the artifact's objects, reserves their bytes in the budget, downloads them
+into ``.incoming``, verifies the signature against the trusted keys and the manifest
+digest against the admitted ``sha256`` (defence in depth: admission did it too), checks
+the rank, writes ``meta.json`` and renames the directory into place in one step, so an
+entry directory is either complete and verified or absent. Eviction renames the entry
+into ``.trash`` first (atomic disappearance), then deletes it. After a restart,
+:meth:`HostTier.rescan` re-verifies every entry before the worker reports it.
+
+All file hashing and signature checks run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+from loraplane.admission.checks.source import SEGMENT_RE, check_location
+from loraplane.shared.signing import SIGNATURE_FILENAME, SignatureError, verify_directory
+from loraplane.worker.errors import (
+    BadRequest,
+    DigestMismatch,
+    DownloadFailed,
+    NoCapacity,
+    RankTooLarge,
+    SourceNotAllowed,
+)
+from loraplane.worker.lora_files import read_rank
+from loraplane.worker.store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+META_NAME = "meta.json"
+FILES_DIR = "files"
+MAX_OBJECTS = 16
+"""An adapter artifact has 3 objects; more is refused before downloading anything."""
+
+Clock = Callable[[], datetime]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactSpec:
+    """One adapter version to hold, as the cache command / request describes it."""
+
+    engine_id: int
+    """Registry's stable integer id (engine ``lora_int_id``)."""
+    tenant_id: str
+    adapter_name: str
+    version: str
+    base_model: str
+    artifact_uri: str
+    """``s3://bucket/prefix/`` of the artifact root."""
+    sha256: str
+    """Admitted manifest digest (lowercase hex)."""
+    size_bytes: int = 0
+    """Declared artifact size (0 = unknown)."""
+    rank: int = 0
+    """Declared LoRA rank (0 = unknown; the file's ``r`` is checked in any case)."""
+
+    @property
+    def name(self) -> str:
+        """Unique engine name of the version: ``tenant/adapter@version``."""
+        return f"{self.tenant_id}/{self.adapter_name}@{self.version}"
+
+    @property
+    def dirname(self) -> str:
+        """Entry directory name."""
+        return f"{self.engine_id}-{self.sha256[:16]}"
+
+
+@dataclass(frozen=True, slots=True)
+class HostEntry:
+    """A verified adapter version on the host."""
+
+    spec: ArtifactSpec
+    dir: Path
+    """Entry directory (holds ``meta.json`` and ``files/``)."""
+    size_bytes: int
+    """Bytes of the entry's files on disk (the budget charge)."""
+    rank: int
+    """``r`` read from the verified ``adapter_config.json``."""
+    verified_at: datetime
+
+    @property
+    def files_dir(self) -> Path:
+        """The adapter directory the engine loads."""
+        return self.dir / FILES_DIR
+
+
+@dataclass(frozen=True, slots=True)
+class FetchTiming:
+    """Where the time of one COLD→WARM fetch went."""
+
+    list_s: float = 0.0
+    download_s: float = 0.0
+    verify_s: float = 0.0
+    bytes_read: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RescanResult:
+    """Outcome of :meth:`HostTier.rescan`."""
+
+    kept: list[HostEntry] = field(default_factory=list)
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+    """``(directory name, reason)`` of every entry deleted because it failed."""
+
+
+class HostTier:
+    """Verified adapter files on local disk with a byte budget."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        capacity_bytes: int,
+        store: ObjectStore,
+        trusted_keys: Sequence[Path],
+        bucket: str,
+        prefix: str,
+        max_lora_rank: int,
+        clock: Clock = _now,
+    ) -> None:
+        """``bucket``/``prefix``: the allow-listed artifact location (``s3://bucket/prefix/<tenant>/...``)."""
+        if not trusted_keys:
+            raise ValueError("the host tier needs at least one trusted public key")
+        self.root = Path(root)
+        self.capacity_bytes = capacity_bytes
+        self.store = store
+        self.trusted_keys = [Path(k) for k in trusted_keys]
+        self.bucket = bucket
+        self.prefix = prefix
+        self.max_lora_rank = max_lora_rank
+        self.clock = clock
+        self._entries: dict[int, HostEntry] = {}
+        self._reserved: dict[str, int] = {}
+        for sub in (".incoming", ".trash"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the held entries (reservations excluded)."""
+        return sum(e.size_bytes for e in self._entries.values())
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes reserved by downloads in progress."""
+        return sum(self._reserved.values())
+
+    def get(self, engine_id: int) -> HostEntry | None:
+        """The entry of ``engine_id``, if held."""
+        return self._entries.get(engine_id)
+
+    def entries(self) -> list[HostEntry]:
+        """Every held entry."""
+        return list(self._entries.values())
+
+    # ------------------------------------------------------------------ fetch
+
+    def _reserve(self, token: str, size: int, name: str) -> None:
+        free = self.capacity_bytes - self.used_bytes - self.reserved_bytes
+        if size > free:
+            raise NoCapacity(
+                f"{name} needs {size} bytes on the host; {free} of {self.capacity_bytes} free"
+            )
+        self._reserved[token] = size
+
+    async def fetch(self, spec: ArtifactSpec) -> tuple[HostEntry, FetchTiming]:
+        """COLD→WARM: download, verify and place ``spec``; returns the entry and timings.
+
+        Raises :class:`SourceNotAllowed`, :class:`NoCapacity`, :class:`DownloadFailed`,
+        :class:`DigestMismatch` or :class:`RankTooLarge`; nothing is left on disk on failure.
+        """
+        if spec.rank > self.max_lora_rank:
+            raise RankTooLarge(
+                f"{spec.name}: LoRA rank {spec.rank} > max_lora_rank {self.max_lora_rank}"
+            )
+        existing = self._entries.get(spec.engine_id)
+        if existing is not None:
+            if existing.spec.sha256 != spec.sha256:
+                raise DigestMismatch(
+                    f"engine id {spec.engine_id} is held with sha256 {existing.spec.sha256}, "
+                    f"asked for {spec.sha256}"
+                )
+            return existing, FetchTiming()
+        location, problems = check_location(
+            spec.artifact_uri, tenant_id=spec.tenant_id, bucket=self.bucket,
+            prefix=self.prefix, directory=True,
+        )
+        if location is None:
+            raise SourceNotAllowed("; ".join(p.message for p in problems))
+        t0 = time.perf_counter()
+        objects = await asyncio.to_thread(self.store.list_objects, location.bucket, location.key)
+        list_s = time.perf_counter() - t0
+        rel_paths = self._relative_paths(spec, location.key, [o.key for o in objects])
+        total = sum(o.size for o in objects)
+        token = uuid.uuid4().hex
+        self._reserve(token, total, spec.name)
+        incoming = self.root / ".incoming" / token
+        try:
+            t1 = time.perf_counter()
+            read = await asyncio.to_thread(
+                self._download, location.bucket, list(zip([o.key for o in objects], rel_paths)),
+                incoming / FILES_DIR,
+            )
+            t2 = time.perf_counter()
+            entry = await asyncio.to_thread(self._verify_and_place, spec, incoming)
+            t3 = time.perf_counter()
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, incoming, True)
+            raise
+        finally:
+            self._reserved.pop(token, None)
+        self._entries[spec.engine_id] = entry
+        return entry, FetchTiming(list_s, t2 - t1, t3 - t2, read)
+
+    def _relative_paths(self, spec: ArtifactSpec, root_key: str, keys: list[str]) -> list[str]:
+        if not keys:
+            raise DownloadFailed(f"{spec.name}: no objects under {spec.artifact_uri}")
+        if len(keys) > MAX_OBJECTS:
+            raise SourceNotAllowed(f"{spec.name}: {len(keys)} objects > {MAX_OBJECTS}")
+        out: list[str] = []
+        for key in keys:
+            rel = key[len(root_key):]
+            parts = rel.split("/")
+            if not key.startswith(root_key) or not all(SEGMENT_RE.match(p) for p in parts):
+                raise SourceNotAllowed(f"{spec.name}: object key {key!r} is not a plain file name")
+            out.append(PurePosixPath(*parts).as_posix())
+        if SIGNATURE_FILENAME not in out:
+            raise DigestMismatch(f"{spec.name}: no {SIGNATURE_FILENAME} in {spec.artifact_uri}")
+        return out
+
+    def _download(self, bucket: str, pairs: list[tuple[str, str]], dest: Path) -> int:
+        dest.mkdir(parents=True)
+        total = 0
+        for key, rel in pairs:
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            total += self.store.download(bucket, key, target)
+        return total
+
+    def _check_files(self, spec: ArtifactSpec, files_dir: Path) -> int:
+        """Signature + digest + rank of ``files_dir``; returns the rank (blocking)."""
+        try:
+            verified = verify_directory(files_dir, self.trusted_keys)
+        except SignatureError as exc:
+            raise DigestMismatch(f"{spec.name}: {exc}") from exc
+        if verified.manifest_digest != spec.sha256:
+            raise DigestMismatch(
+                f"{spec.name}: manifest digest {verified.manifest_digest} != admitted {spec.sha256}"
+            )
+        try:
+            rank = read_rank(files_dir)
+        except ValueError as exc:
+            raise DigestMismatch(f"{spec.name}: {exc}") from exc
+        if rank > self.max_lora_rank:
+            raise RankTooLarge(
+                f"{spec.name}: LoRA rank {rank} > max_lora_rank {self.max_lora_rank}"
+            )
+        if spec.rank and rank != spec.rank:
+            raise BadRequest(f"{spec.name}: adapter_config.json has r={rank}, declared {spec.rank}")
+        return rank
+
+    def _verify_and_place(self, spec: ArtifactSpec, incoming: Path) -> HostEntry:
+        rank = self._check_files(spec, incoming / FILES_DIR)
+        now = self.clock()
+        size = _tree_size(incoming / FILES_DIR)
+        meta = {"spec": asdict(spec), "rank": rank, "size_bytes": size,
+                "verified_at": now.isoformat()}
+        (incoming / META_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        final = self.root / spec.dirname
+        if final.exists():  # leftover of an entry we do not hold: replace it
+            self._trash(final)
+        os.rename(incoming, final)
+        _fsync_dir(self.root)
+        return HostEntry(spec=spec, dir=final, size_bytes=size, rank=rank, verified_at=now)
+
+    # ------------------------------------------------------------------ verify / evict
+
+    async def reverify(self, engine_id: int) -> HostEntry:
+        """Check the entry's files again (before the engine loads them).
+
+        A failing entry is deleted and :class:`DigestMismatch` raised.
+        """
+        entry = self._entries.get(engine_id)
+        if entry is None:
+            raise DownloadFailed(f"adapter {engine_id} is not on the host")
+        try:
+            await asyncio.to_thread(self._check_files, entry.spec, entry.files_dir)
+        except DigestMismatch:
+            await self.remove(engine_id)
+            raise
+        return entry
+
+    async def remove(self, engine_id: int) -> HostEntry | None:
+        """Delete the entry's files (no-op when absent); returns the removed entry."""
+        entry = self._entries.pop(engine_id, None)
+        if entry is not None:
+            await asyncio.to_thread(self._trash, entry.dir)
+        return entry
+
+    def _trash(self, path: Path) -> None:
+        target = self.root / ".trash" / uuid.uuid4().hex
+        os.rename(path, target)
+        shutil.rmtree(target, ignore_errors=True)
+
+    # ------------------------------------------------------------------ restart
+
+    async def rescan(self) -> RescanResult:
+        """Re-verify every entry on disk; delete failures and unfinished downloads."""
+        return await asyncio.to_thread(self._rescan)
+
+    def _rescan(self) -> RescanResult:
+        for sub in (".incoming", ".trash"):
+            shutil.rmtree(self.root / sub, ignore_errors=True)
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        result = RescanResult()
+        self._entries.clear()
+        for path in sorted(self.root.iterdir()):
+            if path.name.startswith(".") or not path.is_dir():
+                continue
+            try:
+                meta = json.loads((path / META_NAME).read_text(encoding="utf-8"))
+                spec = ArtifactSpec(**meta["spec"])
+                if path.name != spec.dirname:
+                    raise ValueError(f"directory name differs from {spec.dirname}")
+                rank = self._check_files(spec, path / FILES_DIR)
+            except Exception as exc:  # noqa: BLE001 - any failure drops the entry
+                result.dropped.append((path.name, f"{type(exc).__name__}: {exc}"))
+                log.warning("host tier: dropping %s after restart: %s", path.name, exc)
+                self._trash(path)
+                continue
+            entry = HostEntry(
+                spec=spec, dir=path, size_bytes=_tree_size(path / FILES_DIR), rank=rank,
+                verified_at=self.clock(),
+            )
+            self._entries[spec.engine_id] = entry
+            result.kept.append(entry)
+        return result
+
+
+def _tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,107 @@
+"""Prometheus metrics of the inference worker (``loraplane_worker_*``).
+
+Adapter-level families carry ``base_model``, ``tenant``, ``adapter`` and ``version``
+labels (base-model requests use ``tenant`` of the caller and ``adapter="", version=""``).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from loraplane.shared.metrics import LATENCY_BUCKETS, _PerRegistry
+
+ADAPTER_LABELS = ("base_model", "tenant", "adapter", "version")
+"""Labels identifying one adapter version."""
+
+LOAD_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+"""Load-time buckets (seconds): 1 ms .. 60 s."""
+
+
+class WorkerMetrics(_PerRegistry):
+    """Every metric family of the worker, registered once per collector registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.loads = Counter(
+            "loraplane_worker_adapter_loads",
+            "Adapter loads completed, by the tier they came from and reached.",
+            [*ADAPTER_LABELS, "source_tier", "target_tier"],
+            registry=registry,
+        )
+        self.load_seconds = Histogram(
+            "loraplane_worker_adapter_load_seconds",
+            "Time to bring an adapter from its source tier to the target tier.",
+            [*ADAPTER_LABELS, "source_tier", "target_tier"],
+            buckets=LOAD_BUCKETS,
+            registry=registry,
+        )
+        self.load_bytes = Counter(
+            "loraplane_worker_adapter_load_bytes",
+            "Bytes read from object storage by adapter loads.",
+            list(ADAPTER_LABELS),
+            registry=registry,
+        )
+        self.load_failures = Counter(
+            "loraplane_worker_adapter_load_failures",
+            "Failed cache commands and request-path loads, by reason.",
+            [*ADAPTER_LABELS, "reason"],
+            registry=registry,
+        )
+        self.evictions = Counter(
+            "loraplane_worker_adapter_evictions",
+            "Adapters leaving a tier on this worker.",
+            [*ADAPTER_LABELS, "from_tier", "to_tier"],
+            registry=registry,
+        )
+        self.requests = Counter(
+            "loraplane_worker_requests",
+            "Generate requests, by tier of the adapter at arrival and final status.",
+            [*ADAPTER_LABELS, "tier", "code"],
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "loraplane_worker_requests_in_flight",
+            "Generate requests running now.",
+            list(ADAPTER_LABELS),
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "loraplane_worker_ttft_seconds",
+            "Time to first token, from request arrival at the worker.",
+            [*ADAPTER_LABELS, "tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "loraplane_worker_tokens",
+            "Tokens processed, by kind (prompt / output).",
+            [*ADAPTER_LABELS, "kind"],
+            registry=registry,
+        )
+        self.engine_slots = Gauge(
+            "loraplane_worker_engine_slots",
+            "Engine LoRA slots: capacity (max_loras), registered adapters (used, the "
+            "all-zero base adapter included) and pinned ones.",
+            ["base_model", "state"],
+            registry=registry,
+        )
+        self.host_bytes = Gauge(
+            "loraplane_worker_host_bytes",
+            "WARM tier bytes: capacity, used by verified entries, reserved by downloads.",
+            ["state"],
+            registry=registry,
+        )
+        self.host_dropped = Counter(
+            "loraplane_worker_host_entries_dropped",
+            "Host tier entries deleted because they failed verification (restart rescan "
+            "or re-verification before registering).",
+            registry=registry,
+        )
+        self.engine_up = Gauge(
+            "loraplane_worker_engine_up",
+            "1 while the engine is alive.",
+            ["base_model"],
+            registry=registry,
+        )

@@ -1,0 +1,151 @@
+"""Settings of the inference worker (``LORAPLANE_WORKER_*`` plus the common ones).
+
+Loaded once in ``main`` and passed down. With ``make run`` the supervisor sets
+``LORAPLANE_WORKER_GRPC_PORT``, ``LORAPLANE_WORKER_METRICS_PORT`` and
+``LORAPLANE_MODELS_DIR``; the base model and the trusted key then come from the demo
+build in that directory (:func:`loraplane.devkit.builder.build_demo`, cached). In other
+deployments set ``LORAPLANE_BASE_MODEL``, ``LORAPLANE_BASE_MODEL_DIR`` and
+``LORAPLANE_TRUSTED_KEYS``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from loraplane.devkit.engine import EngineOptions
+from loraplane.shared.settings import CommonSettings
+from loraplane.worker.engine import EngineLimits
+
+ZERO_ADAPTER_ENGINE_ID = 2_147_483_647
+"""Engine id of the worker's all-zero adapter (int32 max; registry ids start at 1)."""
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+class WorkerSettings(CommonSettings):
+    """Everything the worker process needs."""
+
+    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore")
+
+    worker_id: str = "worker-0"
+    """Stable worker id (Kafka key of cache.commands / cache.state)."""
+    worker_grpc_host: str = "127.0.0.1"
+    """Address the WorkerInternal gRPC server binds."""
+    worker_grpc_port: int = 19054
+    """WorkerInternal port (0 = any free port)."""
+    worker_advertise_host: str = "127.0.0.1"
+    """Host part of ``WorkerState.grpc_address`` (what the gateway dials)."""
+    worker_metrics_port: int = 19064
+    """Prometheus ``/metrics`` port (0 = off); it answers once the worker is ready."""
+
+    models_dir: Path | None = None
+    """Demo build root (``LORAPLANE_MODELS_DIR``); used when no base model dir is set."""
+    base_model: str = ""
+    """Name of the served base model (default: the demo build's)."""
+    base_model_dir: Path | None = None
+    """Directory of the served base model (default: the demo build's)."""
+    trusted_keys: str = ""
+    """Comma-separated PEM public keys trusted for adapter signatures (default: the demo
+    build's dev key)."""
+    tokenizer_revision: str = ""
+    """Tokenizer revision reported in WorkerState (default: the demo build's)."""
+
+    worker_host_dir: Path | None = None
+    """WARM tier directory (default ``.loraplane/worker/<worker_id>``)."""
+    worker_host_bytes: int = Field(default=4 << 30, gt=0)
+    """WARM tier byte budget."""
+    artifact_prefix: str = "adapters"
+    """Key prefix of adapter artifacts in the artifact bucket (``s3://bucket/<prefix>/<tenant>/...``)."""
+
+    worker_max_loras: int = Field(default=4, ge=2)
+    """Engine LoRA slots per batch (vLLM ``max_loras``); one always stays unpinned."""
+    worker_max_cpu_loras: int = Field(default=8, ge=2)
+    """Adapters registered in the engine at once (vLLM ``max_cpu_loras``), the all-zero
+    base adapter included; HOT capacity is one less."""
+    worker_max_lora_rank: int = 16
+    """Largest LoRA rank (vLLM ``max_lora_rank``; one of 1, 8, 16, 32, 64, 128, 256, 320, 512)."""
+    worker_max_model_len: int = 512
+    """Engine context length."""
+    worker_kv_cache_gib: int = Field(default=1, gt=0)
+    """KV cache size in GiB (CPU backend)."""
+    worker_dtype: str = "float32"
+    """Weights dtype."""
+    worker_default_max_tokens: int = Field(default=64, gt=0)
+    """max_tokens when a request leaves it at 0."""
+    worker_default_temperature: float = Field(default=0.0, ge=0)
+    """Temperature when a request leaves it unset (0 = greedy)."""
+
+    worker_state_interval_s: float = Field(default=10.0, gt=0)
+    """Period of the full WorkerState snapshot on cache.state."""
+    worker_heat_flush_s: float = Field(default=2.0, gt=0)
+    """Period of HeatBatch flushes on adapter.heat."""
+    worker_drain_timeout_s: float = Field(default=120.0, ge=0)
+    """Longest an eviction waits for in-flight requests when the command has no deadline."""
+    worker_max_concurrent_commands: int = Field(default=8, gt=0)
+    """Commands executed at once (different versions; one version's commands run in order)."""
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> WorkerSettings:
+        if self.worker_max_cpu_loras < self.worker_max_loras:
+            raise ValueError("worker_max_cpu_loras must be >= worker_max_loras")
+        return self
+
+    @property
+    def limits(self) -> EngineLimits:
+        """The engine's LoRA limits."""
+        return EngineLimits(
+            max_loras=self.worker_max_loras, max_cpu_loras=self.worker_max_cpu_loras,
+            max_lora_rank=self.worker_max_lora_rank,
+        )
+
+    def engine_options(self) -> EngineOptions:
+        """vLLM engine options (see :mod:`loraplane.devkit.engine`)."""
+        return EngineOptions(
+            max_loras=self.worker_max_loras, max_lora_rank=self.worker_max_lora_rank,
+            max_cpu_loras=self.worker_max_cpu_loras, max_model_len=self.worker_max_model_len,
+            dtype=self.worker_dtype, served_model_name=self.base_model or "base",
+            cpu_kv_cache_gib=self.worker_kv_cache_gib,
+        )
+
+    @property
+    def host_dir(self) -> Path:
+        """The WARM tier directory."""
+        if self.worker_host_dir is not None:
+            return self.worker_host_dir
+        return _repo_root() / ".loraplane" / "worker" / self.worker_id
+
+    @property
+    def instance(self) -> str:
+        """Instance name (``instance_id`` or ``host:pid``)."""
+        return self.instance_id or f"{os.uname().nodename}:{os.getpid()}"
+
+    def trusted_key_paths(self) -> list[Path]:
+        """``trusted_keys`` as paths."""
+        return [Path(p.strip()) for p in self.trusted_keys.split(",") if p.strip()]
+
+    def resolve_models(self) -> WorkerSettings:
+        """Fill the base model, its directory, tokenizer revision and trusted keys from the
+        demo build when they are not set (builds it once if needed: a few seconds)."""
+        if self.base_model_dir is not None and self.trusted_keys and self.base_model:
+            return self
+        from loraplane.devkit.builder import build_demo
+
+        demo = build_demo(self.models_dir)
+        updates: dict[str, object] = {}
+        if self.base_model_dir is None:
+            updates["base_model_dir"] = demo.base_model.dir
+            updates["base_model"] = self.base_model or demo.base_model.name
+            updates["tokenizer_revision"] = (
+                self.tokenizer_revision or demo.base_model.tokenizer_revision
+            )
+        if not self.trusted_keys:
+            updates["trusted_keys"] = str(demo.keys.public_key)
+        if not self.base_model and "base_model" not in updates:
+            updates["base_model"] = demo.base_model.name
+        return self.model_copy(update=updates)

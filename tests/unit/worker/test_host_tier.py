@@ -1,0 +1,167 @@
+"""Host (WARM) tier: fetch + verify + atomic placement, byte budget, eviction, restart."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import BUCKET, MakeAdapter
+from fakes import DirStore
+
+from loraplane.devkit.keys import DevKeyPair
+from loraplane.worker.errors import (
+    DigestMismatch,
+    DownloadFailed,
+    NoCapacity,
+    RankTooLarge,
+    SourceNotAllowed,
+)
+from loraplane.worker.host_tier import HostTier
+
+HostFactory = Callable[..., HostTier]
+
+
+def _leftovers(host: HostTier) -> list[str]:
+    return sorted(p.name for p in (host.root / ".incoming").iterdir())
+
+
+async def test_fetch_places_verified_files(make_adapter: MakeAdapter,
+                                           host_factory: HostFactory) -> None:
+    host = host_factory()
+    spec = make_adapter()
+    entry, timing = await host.fetch(spec)
+    assert entry.dir == host.root / spec.dirname
+    assert sorted(p.name for p in entry.files_dir.iterdir()) == [
+        "adapter_config.json", "adapter_model.safetensors", "model.sig"]
+    meta = json.loads((entry.dir / "meta.json").read_text())
+    assert meta["spec"]["sha256"] == spec.sha256 and meta["rank"] == 8
+    assert host.used_bytes == entry.size_bytes > spec.size_bytes  # signature included
+    assert timing.bytes_read == entry.size_bytes
+    again, timing2 = await host.fetch(spec)  # idempotent: nothing downloaded
+    assert again == entry and timing2.bytes_read == 0
+    assert _leftovers(host) == []
+
+
+async def test_budget_is_enforced_before_downloading(
+    make_adapter: MakeAdapter, host_factory: HostFactory, store: DirStore
+) -> None:
+    spec = make_adapter()
+    host = host_factory(capacity_bytes=spec.size_bytes // 2)
+    with pytest.raises(NoCapacity, match="needs"):
+        await host.fetch(spec)
+    assert store.downloads == 0 and host.used_bytes == 0 and _leftovers(host) == []
+
+
+async def test_budget_counts_held_entries(make_adapter: MakeAdapter,
+                                          host_factory: HostFactory) -> None:
+    a, b = make_adapter("a"), make_adapter("b")
+    host = host_factory(capacity_bytes=int(a.size_bytes * 1.6))
+    await host.fetch(a)
+    with pytest.raises(NoCapacity):
+        await host.fetch(b)
+    await host.remove(a.engine_id)
+    assert host.used_bytes == 0
+    await host.fetch(b)
+    assert [e.spec.engine_id for e in host.entries()] == [b.engine_id]
+
+
+async def test_tampered_object_is_refused_and_nothing_stays(
+    make_adapter: MakeAdapter, host_factory: HostFactory, store: DirStore
+) -> None:
+    spec = make_adapter()
+    key = spec.artifact_uri.removeprefix(f"s3://{BUCKET}/") + "adapter_model.safetensors"
+    data = bytearray(store.path(BUCKET, key).read_bytes())
+    data[-1] ^= 0x01
+    store.path(BUCKET, key).write_bytes(bytes(data))
+    host = host_factory()
+    with pytest.raises(DigestMismatch, match="adapter_model.safetensors"):
+        await host.fetch(spec)
+    assert host.entries() == [] and _leftovers(host) == []
+    assert [p.name for p in host.root.iterdir() if not p.name.startswith(".")] == []
+
+
+async def test_digest_must_be_the_admitted_one(make_adapter: MakeAdapter,
+                                               host_factory: HostFactory) -> None:
+    spec = dataclasses.replace(make_adapter(), sha256="0" * 64)
+    with pytest.raises(DigestMismatch, match="!= admitted"):
+        await host_factory().fetch(spec)
+
+
+async def test_untrusted_signer_is_refused(make_adapter: MakeAdapter, host_factory: HostFactory,
+                                           other_keys: DevKeyPair) -> None:
+    spec = make_adapter(key=other_keys)
+    with pytest.raises(DigestMismatch, match="not signed by any trusted key"):
+        await host_factory().fetch(spec)
+
+
+async def test_rank_above_engine_max_is_refused(make_adapter: MakeAdapter,
+                                                host_factory: HostFactory,
+                                                store: DirStore) -> None:
+    declared = make_adapter(rank=32)
+    with pytest.raises(RankTooLarge, match="rank 32 > max_lora_rank 16"):
+        await host_factory().fetch(declared)
+    assert store.downloads == 0
+    hidden = dataclasses.replace(make_adapter(rank=32), rank=0)  # only the file knows
+    with pytest.raises(RankTooLarge, match="rank 32"):
+        await host_factory().fetch(hidden)
+
+
+@pytest.mark.parametrize("uri", [
+    "s3://other-bucket/adapters/acme/support/v1/x/",
+    "s3://loraplane-artifacts/adapters/globex/support/v1/x/",
+    "s3://loraplane-artifacts/adapters/acme/../globex/x/",
+    "file:///etc/",
+])
+async def test_locations_outside_the_tenant_prefix_are_refused(
+    make_adapter: MakeAdapter, host_factory: HostFactory, uri: str
+) -> None:
+    spec = dataclasses.replace(make_adapter(), artifact_uri=uri)
+    with pytest.raises(SourceNotAllowed):
+        await host_factory().fetch(spec)
+
+
+async def test_store_failure_is_a_download_failure(make_adapter: MakeAdapter,
+                                                   host_factory: HostFactory,
+                                                   store: DirStore) -> None:
+    spec = make_adapter()
+    store.fail = True
+    with pytest.raises(DownloadFailed):
+        await host_factory().fetch(spec)
+
+
+async def test_reverify_catches_tampering_on_disk(make_adapter: MakeAdapter,
+                                                  host_factory: HostFactory) -> None:
+    host = host_factory()
+    entry, _ = await host.fetch(make_adapter())
+    await host.reverify(entry.spec.engine_id)
+    cfg = entry.files_dir / "adapter_config.json"
+    cfg.write_text(cfg.read_text().replace('"lora_alpha": 16', '"lora_alpha": 64'))
+    with pytest.raises(DigestMismatch, match="adapter_config.json"):
+        await host.reverify(entry.spec.engine_id)
+    assert host.get(entry.spec.engine_id) is None and not entry.dir.exists()
+
+
+async def test_restart_keeps_verified_entries_and_drops_bad_ones(
+    make_adapter: MakeAdapter, host_factory: HostFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "host"
+    host = host_factory(root=root)
+    good, bad = make_adapter("good"), make_adapter("bad")
+    await host.fetch(good)
+    bad_entry, _ = await host.fetch(bad)
+    (bad_entry.files_dir / "adapter_model.safetensors").write_bytes(b"garbage")
+    (root / ".incoming" / "half-done").mkdir()
+    (root / "stray-dir").mkdir()
+
+    restarted = host_factory(root=root)
+    result = await restarted.rescan()
+    assert [e.spec.engine_id for e in result.kept] == [good.engine_id]
+    dropped = dict(result.dropped)
+    assert set(dropped) == {bad.dirname, "stray-dir"}
+    assert "DigestMismatch" in dropped[bad.dirname]
+    assert sorted(p.name for p in root.iterdir()) == [".incoming", ".trash", good.dirname]
+    assert _leftovers(restarted) == []
+    assert restarted.used_bytes == result.kept[0].size_bytes
