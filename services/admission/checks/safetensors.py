@@ -91,8 +91,12 @@ def _bad(msg: str, path: str = WEIGHTS_PATH) -> Problem:
 
 
 def _int_list(v: Any) -> TypeGuard[list[int]]:
-    return isinstance(v, list) and all(
-        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+    if not isinstance(v, list):
+        return False
+    for x in v:
+        if type(x) is not int or x < 0:  # bool is a subclass of int: refused too
+            return False
+    return True
 
 
 def _entry(name: str, raw: Any) -> tuple[TensorInfo | None, list[Problem]]:

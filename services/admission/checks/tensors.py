@@ -69,8 +69,10 @@ def check_tensors(
     """
     problems: list[Problem] = []
     targets = set(target_modules)
-    checkable = targets & spec.supported_target_modules
+    supported = spec.supported_target_modules
+    checkable = targets & supported
     seen: Counter[tuple[int, str, str]] = Counter()
+    shapes: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
     ranks_found: Counter[int] = Counter()
 
     for t in tensors:
@@ -87,7 +89,7 @@ def check_tensors(
             problems.append(Problem(TENSOR_NAME, f"layer {parsed.layer} does not exist "
                                     f"({spec.name} has {spec.num_layers} layers)", t.name))
             continue
-        if parsed.module not in spec.supported_target_modules:
+        if parsed.module not in supported:
             problems.append(Problem(TENSOR_NAME, f"{spec.name} has no module "
                                     f"{parsed.module!r}", t.name))
             continue
@@ -102,7 +104,8 @@ def check_tensors(
             continue
         seen[(parsed.layer, parsed.module, parsed.matrix)] += 1
 
-        a_shape, b_shape = spec.lora_shapes(parsed.module, rank)
+        a_shape, b_shape = shapes.get(parsed.module) or shapes.setdefault(
+            parsed.module, spec.lora_shapes(parsed.module, rank))
         want = a_shape if parsed.matrix == "A" else b_shape
         if t.shape != want:
             found_rank = _rank_of(t.shape, parsed.matrix)

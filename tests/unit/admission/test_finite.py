@@ -90,3 +90,18 @@ def test_memory_stays_bounded_for_large_tensors(tmp_path: Path) -> None:
     messages, scanned = _scan(tmp_path, {"t": to_raw(values, "F32")})
     assert messages == [f"t: 1 Inf among {values.size} F32 values"]
     assert scanned == values.nbytes
+
+
+def test_regions_of_mixed_dtypes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(finite, "CHUNK_BYTES", 64)
+    ok = np.linspace(-3, 3, 50, dtype=np.float32)
+    bad = ok.copy()
+    bad[49] = np.inf
+    tensors = {
+        "a": to_raw(ok, "F32"), "b": to_raw(ok, "F32"), "c": to_raw(bad, "BF16"),
+        "d": to_raw(ok, "BF16"), "e": RawTensor("U8", (3,), b"\xff\xff\xff"),
+        "f": to_raw(ok, "F32"), "g": to_raw(bad, "F32"), "h": to_raw(ok, "F16"),
+    }
+    messages, scanned = _scan(tmp_path, tensors)
+    assert messages == ["c: 1 Inf among 50 BF16 values", "g: 1 Inf among 50 F32 values"]
+    assert scanned == 4 * 200 + 3 * 100
