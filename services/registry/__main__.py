@@ -32,7 +32,9 @@ def main() -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    # aiokafka logs every failed request of an outage (several lines a second); the relay
+    # and the consumer report a broker loss and its recovery once each.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         settings = RegistrySettings()
         if not settings.registry_operator_token.get_secret_value():

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer
 
 from loraplane.registry import service
 from loraplane.registry.metrics import RegistryMetrics
-from loraplane.shared.codec import CodecError, decode_record
+from loraplane.shared.codec import CodecError, decode_as
 from loraplane.shared.db import transaction
 from loraplane.shared.errors import InvalidArgument
 from loraplane.shared.outbox import backoff_delay, interruptible_sleep
@@ -59,14 +59,17 @@ class AdmissionConsumer:
         consumer_factory: Callable[[], AIOKafkaConsumer] | None = None,
         probe_interval_s: float = 2.0,
         actor: str = "system/admission",
+        topic: str = ADAPTER_ADMISSIONS,
     ) -> None:
-        """``group_id``: the consumer group (all registry replicas share one)."""
+        """``group_id``: the consumer group (all registry replicas share one); ``topic``:
+        where verdicts arrive (``adapter.admissions``, prefixed in isolated tests)."""
         self.pool = pool
         self.bootstrap = bootstrap
         self.group_id = group_id
         self.metrics = metrics or RegistryMetrics.for_registry()
         self.probe_interval_s = probe_interval_s
         self.actor = actor
+        self.topic = topic
         self._factory = consumer_factory or self._default_consumer
         self.consumers_started = 0
         """Consumers started so far (more than one after a restart)."""
@@ -77,7 +80,7 @@ class AdmissionConsumer:
 
     def _default_consumer(self) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(
-            ADAPTER_ADMISSIONS,
+            self.topic,
             bootstrap_servers=self.bootstrap,
             group_id=self.group_id,
             enable_auto_commit=False,
@@ -140,12 +143,11 @@ class AdmissionConsumer:
     async def handle(self, record: Any) -> str:
         """Apply one record; returns the outcome (also counted in metrics)."""
         try:
-            event = decode_record(record)
+            event = decode_as(events_pb2.AdmissionEvent, record.value, record.headers)
         except CodecError as exc:
             log.warning("admission consumer: skipping undecodable record at %s:%s: %s",
                         record.partition, record.offset, exc)
             return self._count("malformed")
-        assert isinstance(event, events_pb2.AdmissionEvent)
         try:
             async with transaction(self.pool) as conn:
                 outcome = await service.apply_verdict(conn, event=event, actor=self.actor)
@@ -157,6 +159,8 @@ class AdmissionConsumer:
             action = "version.admit" if event.WhichOneof("verdict") == "admitted" else \
                 "version.reject"
             ref = meta.adapter if meta is not None else None
+            if ref is not None:
+                log.info("%s %s/%s@%s", action, ref.tenant_id, ref.adapter_name, ref.version)
             self.metrics.state_changes.labels(
                 action, ref.tenant_id if ref else "", ref.base_model if ref else ""
             ).inc()

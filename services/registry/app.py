@@ -32,7 +32,7 @@ from loraplane.shared.grpcutil import (
 )
 from loraplane.shared.metrics import RpcMetrics, start_metrics_server
 from loraplane.shared.outbox import OutboxRelay, PublishedRow, ensure_topics
-from loraplane.shared.topics import Clock, utc_now
+from loraplane.shared.topics import ADAPTER_ADMISSIONS, Clock, utc_now
 from loraplane.v1 import registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -86,12 +86,12 @@ class RegistryApp:
         s = self.settings
         self.pool = await create_pool(s.postgres_dsn)
         try:
-            await ensure_topics(s.kafka_bootstrap, timeout_s=5)
+            await ensure_topics(s.kafka_bootstrap, prefix=s.registry_topic_prefix, timeout_s=5)
         except Exception as exc:  # noqa: BLE001 - the relay retries before publishing
             log.warning("could not create topics now (%s); the relay will retry", exc)
         servicer = RegistryAdminServicer(
             pool=self.pool, bucket=s.artifact_bucket, producer=s.producer,
-            metrics=self.metrics, clock=self.clock,
+            metrics=self.metrics, clock=self.clock, topic_prefix=s.registry_topic_prefix,
         )
         self.server = build_server(
             [Service(registry_pb2_grpc.add_RegistryAdminServicer_to_server, servicer,
@@ -111,10 +111,11 @@ class RegistryApp:
             registry=self.registry,
             on_published=sink.append if sink is not None else None,
             ensure=None,
+            ensure_prefix=s.registry_topic_prefix,
         )
         self.consumer = AdmissionConsumer(
             pool=self.pool, bootstrap=s.kafka_bootstrap, group_id=s.registry_consumer_group,
-            metrics=self.metrics,
+            metrics=self.metrics, topic=s.registry_topic_prefix + ADAPTER_ADMISSIONS,
         )
         self._tasks = [
             asyncio.create_task(self.relay.run(self._stop), name="outbox-relay"),

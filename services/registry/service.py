@@ -92,6 +92,8 @@ class Ctx:
     """``meta.producer`` of the events written."""
     clock: Clock = field(default=utc_now)
     """Time source of ``meta.occurred_at``."""
+    topic_prefix: str = ""
+    """Prefix of the topics events go to (an isolated namespace; "" in production)."""
 
 
 # =========================================================================== tenants
@@ -120,7 +122,7 @@ async def _tenant_event(conn: asyncpg.Connection, ctx: Ctx, row: Any) -> None:
         default_priority=tenant_pb(row).default_priority,
         disabled=False,
     ))
-    await outbox.enqueue(conn, event, tenant_id=row["tenant_id"])
+    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix, tenant_id=row["tenant_id"])
 
 
 async def create_tenant(
@@ -234,7 +236,7 @@ async def create_api_key(
     event.api_key_created.CopyFrom(events_pb2.ApiKeyCreated(
         tenant_id=tenant_id, key_id=key_id, prefix=info.prefix, key_hash=row["key_hash"],
     ))
-    await outbox.enqueue(conn, event, tenant_id=tenant_id)
+    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix, tenant_id=tenant_id)
     return info, secret
 
 
@@ -264,7 +266,7 @@ async def revoke_api_key(
                       after={"key_id": key_id, "revoked": True})
     event = events_pb2.TenantEvent(meta=new_meta(ctx.producer, clock=ctx.clock))
     event.api_key_revoked.CopyFrom(events_pb2.ApiKeyRevoked(tenant_id=tenant_id, key_id=key_id))
-    await outbox.enqueue(conn, event, tenant_id=tenant_id)
+    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix, tenant_id=tenant_id)
     return api_key_pb(row)
 
 
@@ -511,7 +513,8 @@ async def register_version(
         files=stored.files,
         lora_alpha=stored.lora_alpha,
     )
-    await outbox.enqueue(conn, event, tenant_id=tenant_id, base_model=stored.base_model)
+    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix, tenant_id=tenant_id,
+                         base_model=stored.base_model)
     return stored, True
 
 
@@ -676,9 +679,10 @@ async def _apply_plan(
 
 
 async def _emit(
-    conn: asyncpg.Connection, event: events_pb2.LifecycleEvent, row: Any
+    conn: asyncpg.Connection, ctx: Ctx, event: events_pb2.LifecycleEvent, row: Any
 ) -> None:
-    await outbox.enqueue(conn, event, tenant_id=row["tenant_id"], base_model=row["base_model"])
+    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix,
+                         tenant_id=row["tenant_id"], base_model=row["base_model"])
 
 
 def _ref_problems_release(tenant_id: str, name: str) -> list[Problem]:
@@ -705,7 +709,7 @@ async def promote(
         previous_stable_version=rel.pointers.stable or "",
         engine_id=row["engine_id"],
     ))
-    await _emit(conn, event, row)
+    await _emit(conn, ctx, event, row)
     return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated)
 
 
@@ -746,7 +750,7 @@ async def _emit_canary(conn: asyncpg.Connection, ctx: Ctx, rel: _Release, new: P
         previous_percent=old.canary_percent,
         engine_id=row["engine_id"] if new.canary else 0,
     ))
-    await _emit(conn, event, row)
+    await _emit(conn, ctx, event, row)
 
 
 async def rollback(
@@ -771,7 +775,7 @@ async def rollback(
         to_version=target,
         engine_id=row["engine_id"],
     ))
-    await _emit(conn, event, row)
+    await _emit(conn, ctx, event, row)
     return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated)
 
 
@@ -795,7 +799,7 @@ async def retire(
             meta=new_meta(ctx.producer, adapter_ref(row), clock=ctx.clock),
             engine_id=row["engine_id"],
         ))
-        await _emit(conn, event, row)
+        await _emit(conn, ctx, event, row)
     return version_pb(await _require_version(conn, tenant_id, adapter_name, version))
 
 

@@ -35,17 +35,21 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         producer: str,
         metrics: RegistryMetrics | None = None,
         clock: Clock = utc_now,
+        topic_prefix: str = "",
     ) -> None:
-        """``bucket``: the allow-listed artifact bucket; ``producer``: ``registry/<id>``."""
+        """``bucket``: the allow-listed artifact bucket; ``producer``: ``registry/<id>``;
+        ``topic_prefix``: namespace of the topics events go to."""
         self.pool = pool
         self.bucket = bucket
         self.producer = producer
         self.metrics = metrics or RegistryMetrics.for_registry()
         self.clock = clock
+        self.topic_prefix = topic_prefix
 
     def _ctx(self, context: grpc.aio.ServicerContext) -> service.Ctx:
         actor = actor_of(tuple(context.invocation_metadata() or ()))
-        return service.Ctx(actor=actor, producer=self.producer, clock=self.clock)
+        return service.Ctx(actor=actor, producer=self.producer, clock=self.clock,
+                           topic_prefix=self.topic_prefix)
 
     async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         async with transaction(self.pool) as conn:

@@ -32,6 +32,9 @@ class RegistrySettings(CommonSettings):
     """Relay poll interval when no ``NOTIFY`` arrives."""
     registry_grace_s: float = Field(default=5.0, ge=0)
     """Grace period for in-flight RPCs on SIGTERM."""
+    registry_topic_prefix: str = ""
+    """Prefix of every topic the registry publishes to and consumes from (an isolated
+    namespace for tests, e.g. ``t1a2b.``); empty in production."""
 
     @model_validator(mode="after")
     def _token_strength(self) -> RegistrySettings:

@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -17,10 +18,10 @@ from loraplane.registry import service
 from loraplane.registry.app import RegistryApp
 from loraplane.registry.grammar import artifact_prefix, artifact_uri, content_digest
 from loraplane.registry.settings import RegistrySettings
-from loraplane.shared.codec import decode_record, encode, kafka_headers
+from loraplane.shared.codec import decode_as, encode, kafka_headers
 from loraplane.shared.db import transaction
 from loraplane.shared.outbox import PublishedRow
-from loraplane.shared.topics import ADAPTER_ADMISSIONS, key_for, new_meta
+from loraplane.shared.topics import ADAPTER_ADMISSIONS, key_for, new_meta, topic_spec
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
 
@@ -61,6 +62,8 @@ class Registry:
     published: list[PublishedRow]
     bootstrap: str
     bucket: str
+    prefix: str = ""
+    """Topic namespace of this registry (``registry_topic_prefix``)."""
 
     md: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {TOKEN}"),
                                        ("x-loraplane-actor", "tests/registry"))
@@ -77,6 +80,17 @@ class Registry:
         except grpc.aio.AioRpcError as exc:
             return exc.code()
         return grpc.StatusCode.OK
+
+    async def read(
+        self, topic: str, until: Callable[[list[Any]], bool], *, timeout: float = 30
+    ) -> list[tuple[bytes, Any, str]]:
+        """:func:`read_topic` on this registry's namespace."""
+        return await read_topic(self.bootstrap, topic, until, prefix=self.prefix,
+                                timeout=timeout)
+
+    async def publish_verdict(self, event: events_pb2.AdmissionEvent) -> None:
+        """:func:`publish_verdict` on this registry's namespace."""
+        await publish_verdict(self.bootstrap, event, prefix=self.prefix)
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
         """Current value of a sample in the registry's collector registry (0 if absent)."""
@@ -167,13 +181,16 @@ def verdict_event(
     return event
 
 
-async def publish_verdict(bootstrap: str, event: events_pb2.AdmissionEvent) -> None:
-    """Publish an AdmissionEvent on adapter.admissions with the codec headers and key."""
+async def publish_verdict(
+    bootstrap: str, event: events_pb2.AdmissionEvent, *, prefix: str = ""
+) -> None:
+    """Publish an AdmissionEvent on ``<prefix>adapter.admissions`` with the codec headers
+    and key, as the admission service does."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
         body, headers = encode(event)
-        await producer.send_and_wait(ADAPTER_ADMISSIONS, body,
+        await producer.send_and_wait(prefix + ADAPTER_ADMISSIONS, body,
                                      key=key_for(ADAPTER_ADMISSIONS, event),
                                      headers=kafka_headers(headers))
     finally:
@@ -181,18 +198,21 @@ async def publish_verdict(bootstrap: str, event: events_pb2.AdmissionEvent) -> N
 
 
 async def read_topic(
-    bootstrap: str, topic: str, until: Callable[[list[object]], bool], *, timeout: float = 30
-) -> list[tuple[bytes, object, str]]:
-    """Read ``topic`` from the beginning (fresh group) until ``until(events)`` holds.
+    bootstrap: str, topic: str, until: Callable[[list[Any]], bool], *, prefix: str = "",
+    timeout: float = 30,
+) -> list[tuple[bytes, Any, str]]:
+    """Read ``<prefix><topic>`` from the beginning (fresh group) until ``until(events)``
+    holds. ``topic`` is a table name (it decides the message type).
 
     Returns ``(key, decoded event, x-event-id)`` for every record read.
     """
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
+    message_type = topic_spec(topic).message_type
+    consumer = AIOKafkaConsumer(prefix + topic, bootstrap_servers=bootstrap,
                                 group_id=f"reader-{uuid.uuid4().hex[:8]}",
                                 auto_offset_reset="earliest", enable_auto_commit=False,
                                 **FAST_GROUP)
     await consumer.start()
-    got: list[tuple[bytes, object, str]] = []
+    got: list[tuple[bytes, Any, str]] = []
     try:
         async with asyncio.timeout(timeout):
             while not until([e for _, e, _ in got]):
@@ -200,7 +220,8 @@ async def read_topic(
                 for records in batch.values():
                     for r in records:
                         ids = dict(r.headers or [])
-                        got.append((r.key, decode_record(r), ids.get("x-event-id", b"").decode()))
+                        event = decode_as(message_type, r.value, r.headers)
+                        got.append((r.key, event, ids.get("x-event-id", b"").decode()))
     finally:
         await consumer.stop()
     return got

@@ -40,7 +40,7 @@ def start_metrics_server(
 class PerRegistry:
     """Mixin: one instance per collector registry (``for_registry``)."""
 
-    _instances: ClassVar[dict[int, object]]
+    _instances: ClassVar[dict[int, tuple[CollectorRegistry, object]]]
     _lock: ClassVar[threading.Lock]
 
     def __init_subclass__(cls) -> None:
@@ -55,10 +55,13 @@ class PerRegistry:
     def for_registry(cls, registry: CollectorRegistry = REGISTRY) -> Self:
         """The metric set of this class registered in ``registry`` (created on first use)."""
         with cls._lock:
-            inst = cls._instances.get(id(registry))
-            if inst is None:
-                inst = cls(registry)
-                cls._instances[id(registry)] = inst
+            # Keyed by id(); the registry is kept alive with its entry so that an id is
+            # never reused by a later registry while the entry exists.
+            entry = cls._instances.get(id(registry))
+            if entry is None or entry[0] is not registry:
+                entry = (registry, cls(registry))
+                cls._instances[id(registry)] = entry
+            inst = entry[1]
             assert isinstance(inst, cls)
             return inst
 

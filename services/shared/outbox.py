@@ -87,6 +87,7 @@ async def enqueue(
     msg: Message,
     *,
     topic: str | None = None,
+    topic_prefix: str = "",
     tenant_id: str = "",
     base_model: str = "",
 ) -> int:
@@ -94,7 +95,8 @@ async def enqueue(
 
     ``topic`` defaults to the topic carrying the message type; the Kafka key is the
     topic's key of the message and the event id its ``meta.event_id`` (required).
-    ``tenant_id`` / ``base_model`` only label the lag metrics.
+    ``topic_prefix`` is prepended to the topic name (an isolated namespace, e.g. per
+    test: ``"t1234."``). ``tenant_id`` / ``base_model`` only label the lag metrics.
     """
     spec = topic_spec(topic) if topic is not None else topic_for(msg)
     key = spec.key_bytes(msg).decode("utf-8")
@@ -109,7 +111,7 @@ async def enqueue(
         VALUES ($1, $2, $3, $4, $5, clock_timestamp(), $6, $7)
         RETURNING id
         """,
-        spec.name,
+        topic_prefix + spec.name,
         key,
         uuid.UUID(meta.event_id),
         msg.DESCRIPTOR.full_name,
@@ -131,12 +133,17 @@ def record_headers(event_type: str, event_id: str) -> list[tuple[str, bytes]]:
 
 
 async def ensure_topics(
-    bootstrap: str, names: Iterable[str] | None = None, *, timeout_s: float = 15.0
+    bootstrap: str,
+    names: Iterable[str] | None = None,
+    *,
+    prefix: str = "",
+    timeout_s: float = 15.0,
 ) -> list[str]:
     """Create the topics of :data:`~loraplane.shared.topics.TOPICS` that are missing
     (with the table's partition counts); returns the names created.
 
-    ``names`` restricts the set. Safe to run concurrently from several services.
+    ``names`` restricts the set (unprefixed table names); ``prefix`` is prepended to
+    every name created. Safe to run concurrently from several services.
     """
     wanted = [topic_spec(n) for n in (names if names is not None else TOPICS)]
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
@@ -145,13 +152,14 @@ async def ensure_topics(
     try:
         existing = set(await admin.list_topics())
         for spec in wanted:
-            if spec.name in existing:
+            name = prefix + spec.name
+            if name in existing:
                 continue
             try:
                 await admin.create_topics(
-                    [NewTopic(spec.name, num_partitions=spec.partitions, replication_factor=1)]
+                    [NewTopic(name, num_partitions=spec.partitions, replication_factor=1)]
                 )
-                created.append(spec.name)
+                created.append(name)
             except TopicAlreadyExistsError:
                 pass
     finally:
@@ -267,6 +275,7 @@ class OutboxRelay:
         registry: CollectorRegistry = REGISTRY,
         on_published: Callable[[PublishedRow], None] | None = None,
         ensure: Iterable[str] | None = (),
+        ensure_prefix: str = "",
     ) -> None:
         """``dsn``: database holding ``outbox``; ``bootstrap``: Kafka servers.
 
@@ -274,7 +283,8 @@ class OutboxRelay:
         ``AIOKafkaProducer`` with ``acks="all"`` and ``request_timeout_ms``.
         ``on_published`` is called for every acknowledged row (benchmarks, tests).
         ``ensure``: topics created (if missing, see :func:`ensure_topics`) before each
-        new producer starts; ``None`` = every topic of the table, ``()`` = none.
+        new producer starts; ``None`` = every topic of the table, ``()`` = none;
+        ``ensure_prefix`` is prepended to their names.
         """
         self.dsn = dsn
         self.bootstrap = bootstrap
@@ -289,6 +299,7 @@ class OutboxRelay:
         self._request_timeout_ms = request_timeout_ms
         self._factory: ProducerFactory = producer_factory or self._default_producer
         self._ensure: list[str] | None = None if ensure is None else list(ensure)
+        self._ensure_prefix = ensure_prefix
         self._producer: Producer | None = None
         self._wake = asyncio.Event()
         self._failures = 0
@@ -318,7 +329,7 @@ class OutboxRelay:
     async def _ensure_producer(self) -> Producer:
         if self._producer is None:
             if self._ensure is None or self._ensure:
-                await ensure_topics(self.bootstrap, self._ensure,
+                await ensure_topics(self.bootstrap, self._ensure, prefix=self._ensure_prefix,
                                     timeout_s=self._request_timeout_ms / 1000)
             producer = self._factory()
             try:
@@ -416,6 +427,8 @@ class OutboxRelay:
             await self._maybe_update_lag(conn, force=True)
             await interruptible_sleep(stop, None, delay)
             return 0
+        if self._failures:
+            log.info("outbox relay: broker back after %d failed rounds", self._failures)
         self._failures = 0
         return published
 

@@ -21,8 +21,6 @@ from loraplane.registry.testing import (
     BASE,
     Registry,
     eventually,
-    publish_verdict,
-    read_topic,
     verdict_event,
 )
 from loraplane.shared.migrations import dbmate
@@ -60,10 +58,12 @@ async def test_broker_outage_changes_succeed_events_follow(
         key = await registry.call("CreateApiKey", R.CreateApiKeyRequest(tenant_id=tid))
         assert v1.status == common_pb2.VERSION_STATUS_PENDING
         rows = await _outbox_rows(stack, tid)
-        assert [r["topic"] for r in rows] == [TENANT_EVENTS, ADAPTER_RELEASES, TENANT_EVENTS]
+        assert [r["topic"] for r in rows] == [
+            registry.prefix + t for t in (TENANT_EVENTS, ADAPTER_RELEASES, TENANT_EVENTS)]
         assert all(r["published_at"] is None for r in rows)
         # The relay keeps trying (and says so in the lag metrics) while rows wait.
-        labels = {"topic": ADAPTER_RELEASES, "tenant": tid, "base_model": BASE}
+        labels = {"topic": registry.prefix + ADAPTER_RELEASES, "tenant": tid,
+                  "base_model": BASE}
         await eventually(lambda: registry.metric("loraplane_outbox_rows_waiting", labels) == 1,
                          timeout=30)
         await eventually(lambda: registry.metric("loraplane_outbox_oldest_age_seconds",
@@ -79,14 +79,14 @@ async def test_broker_outage_changes_succeed_events_follow(
     await eventually(delivered, timeout=60)
     assert relay.producers_created > producers_before  # dropped and recreated
     rows = await _outbox_rows(stack, tid)
-    events = await read_topic(registry.bootstrap, ADAPTER_RELEASES, lambda evs: any(
+    events = await registry.read(ADAPTER_RELEASES, lambda evs: any(
         e.meta.adapter.tenant_id == tid for e in evs))
     released = [(k, e, eid) for k, e, eid in events if e.meta.adapter.tenant_id == tid]
     assert len(released) == 1
     k, rel, eid = released[0]
     assert (k, eid) == (f"{tid}/bot".encode(), str(rows[1]["event_id"]))
     assert (rel.engine_id, rel.sha256) == (v1.engine_id, v1.sha256)
-    tenant_events = await read_topic(registry.bootstrap, TENANT_EVENTS, lambda evs: any(
+    tenant_events = await registry.read(TENANT_EVENTS, lambda evs: any(
         e.api_key_created.key_id == key.key.key_id for e in evs))
     mine = [e.WhichOneof("event") for _, e, _ in tenant_events
             if e.WhichOneof("event") and getattr(e, e.WhichOneof("event")).tenant_id == tid]
@@ -96,7 +96,7 @@ async def test_broker_outage_changes_succeed_events_follow(
 
     # The admission consumer lost the broker: it is recreated and applies verdicts again.
     await eventually(lambda: consumer.consumers_started > consumers_before, timeout=30)
-    await publish_verdict(registry.bootstrap, verdict_event(v1))
+    await registry.publish_verdict(verdict_event(v1))
 
     async def admitted() -> bool:
         got = await registry.call("GetVersion", R.GetVersionRequest(
@@ -115,8 +115,8 @@ async def test_duplicated_delivery_changes_nothing(
     v = await registry.register(tid, "bot", "v1")
     event = verdict_event(v)
     duplicates_before = consumer.outcomes.get("duplicate", 0)
-    await publish_verdict(registry.bootstrap, event)
-    await publish_verdict(registry.bootstrap, event)  # same event id, delivered twice
+    await registry.publish_verdict(event)
+    await registry.publish_verdict(event)  # same event id, delivered twice
     await eventually(lambda: consumer.outcomes.get("duplicate", 0) > duplicates_before,
                      timeout=30)
     got = (await registry.call("GetVersion", R.GetVersionRequest(
@@ -127,7 +127,7 @@ async def test_duplicated_delivery_changes_nothing(
     # A second verdict (new event id) about an already decided version changes nothing.
     late = verdict_event(v, admit=False)
     not_pending_before = consumer.outcomes.get("not_pending", 0)
-    await publish_verdict(registry.bootstrap, late)
+    await registry.publish_verdict(late)
     await eventually(lambda: consumer.outcomes.get("not_pending", 0) > not_pending_before,
                      timeout=30)
     # A verdict about other content (digest mismatch) changes nothing either.
@@ -135,7 +135,7 @@ async def test_duplicated_delivery_changes_nothing(
     other.CopyFrom(v)
     other.sha256 = "f" * 64
     mismatch_before = consumer.outcomes.get("digest_mismatch", 0)
-    await publish_verdict(registry.bootstrap, verdict_event(other, admit=False))
+    await registry.publish_verdict(verdict_event(other, admit=False))
     await eventually(lambda: consumer.outcomes.get("digest_mismatch", 0) > mismatch_before,
                      timeout=30)
 
@@ -149,7 +149,7 @@ async def test_duplicated_delivery_changes_nothing(
     # A relay resend (crash between the broker ack and the mark) repeats the same record:
     # same event id, same bytes, so idempotent consumers drop it.
     rows = await _outbox_rows(stack, tid)
-    release_row = next(r for r in rows if r["topic"] == ADAPTER_RELEASES)
+    release_row = next(r for r in rows if r["topic"] == registry.prefix + ADAPTER_RELEASES)
     conn = await asyncpg.connect(stack.settings.postgres_dsn)
     try:
         await conn.execute("UPDATE outbox SET published_at = NULL WHERE id = $1",
@@ -158,7 +158,7 @@ async def test_duplicated_delivery_changes_nothing(
     finally:
         await conn.close()
     eid = str(release_row["event_id"])
-    events = await read_topic(registry.bootstrap, ADAPTER_RELEASES, lambda evs: sum(
+    events = await registry.read(ADAPTER_RELEASES, lambda evs: sum(
         1 for e in evs if e.meta.event_id == eid) >= 2)
     copies = [e for _, e, _ in events if e.meta.event_id == eid]
     assert len(copies) == 2 and copies[0].SerializeToString() == copies[1].SerializeToString()
@@ -170,7 +170,7 @@ async def test_events_of_one_adapter_leave_in_commit_order(
     tid = await registry.tenant(unique)
     versions = await asyncio.gather(*(registry.register(tid, "bot", f"v{i}") for i in range(12)))
     by_engine = [v.version for v in sorted(versions, key=lambda v: v.engine_id)]
-    events = await read_topic(registry.bootstrap, ADAPTER_RELEASES, lambda evs: sum(
+    events = await registry.read(ADAPTER_RELEASES, lambda evs: sum(
         1 for e in evs if e.meta.adapter.tenant_id == tid) >= 12)
     order = [e.meta.adapter.version for _, e, _ in events if e.meta.adapter.tenant_id == tid]
     assert order == by_engine

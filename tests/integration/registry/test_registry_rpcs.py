@@ -9,7 +9,7 @@ import asyncpg
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from loraplane.registry.testing import BASE, Registry, read_topic, record
+from loraplane.registry.testing import BASE, Registry, record
 from loraplane.shared.topics import ADAPTER_LIFECYCLE, ADAPTER_RELEASES, TENANT_EVENTS
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2
@@ -101,7 +101,7 @@ async def test_tenants(registry: Registry, unique: str) -> None:
     assert change.actor == "tests/registry"
     assert json.loads(change.before_json)["default_priority"] == "bronze"
     assert json.loads(change.after_json)["default_priority"] == "platinum"
-    events = await read_topic(registry.bootstrap, TENANT_EVENTS, lambda evs: sum(
+    events = await registry.read(TENANT_EVENTS, lambda evs: sum(
         1 for e in evs if e.tenant_upserted.tenant_id == tid) >= 2)
     mine = [(k, e) for k, e, _ in events if e.tenant_upserted.tenant_id == tid]
     assert [e.tenant_upserted.default_priority for _, e in mine] == [
@@ -145,7 +145,7 @@ async def test_api_keys(registry: Registry, stack: Stack, unique: str) -> None:
     assert await registry.status_of("ListApiKeys", R.ListApiKeysRequest(
         tenant_id=f"nobody-{unique}")) == Code.NOT_FOUND
     # The gateway learns the hash, never the secret.
-    events = await read_topic(registry.bootstrap, TENANT_EVENTS, lambda evs: any(
+    events = await registry.read(TENANT_EVENTS, lambda evs: any(
         e.api_key_revoked.key_id == info.key_id for e in evs))
     created_ev = [e for _, e, _ in events if e.api_key_created.key_id == info.key_id]
     assert created_ev[0].api_key_created.key_hash == row["key_hash"]
@@ -254,7 +254,7 @@ async def test_register_version(registry: Registry, unique: str) -> None:
     assert list(none.versions) == []
 
     # Exactly one AdapterReleased per registration (not for the idempotent repeat).
-    events = await read_topic(registry.bootstrap, ADAPTER_RELEASES, lambda evs: sum(
+    events = await registry.read(ADAPTER_RELEASES, lambda evs: sum(
         1 for e in evs if e.meta.adapter.tenant_id == tid) >= 3)
     mine = [(k, e) for k, e, _ in events if e.meta.adapter.tenant_id == tid]
     assert sorted((e.meta.adapter.adapter_name, e.meta.adapter.version) for _, e in mine) == [
@@ -360,7 +360,7 @@ async def test_release_pointers_and_status_machine(registry: Registry, unique: s
 
     # Lifecycle events, in order, keyed by the adapter id.
     adapter_id = f"{tid}/{name}".encode()
-    events = await read_topic(registry.bootstrap, ADAPTER_LIFECYCLE, lambda evs: sum(
+    events = await registry.read(ADAPTER_LIFECYCLE, lambda evs: sum(
         1 for e in evs if getattr(e, e.WhichOneof("event")).meta.adapter.tenant_id == tid) >= 7)
     mine = [(k, e) for k, e, _ in events
             if getattr(e, e.WhichOneof("event")).meta.adapter.tenant_id == tid]
