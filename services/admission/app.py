@@ -112,6 +112,10 @@ class AdmissionApp:
             start_metrics_server(s.admission_metrics_port, addr=s.admission_bind,
                                  registry=self.registry)
         keys = self.admitter.trust.keys_for("")
+        if not keys:
+            log.warning("no platform signing key in %s: only tenant keys are trusted "
+                        "(`loraplane demo build` writes the dev key)",
+                        s.admission_platform_keys_dir)
         log.info("admission consuming %s as %s; %d platform key(s), catalogue: %s",
                  s.admission_releases_topic, s.admission_consumer_group, len(keys),
                  ", ".join(sorted(catalogue.base_models)))

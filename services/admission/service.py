@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -74,6 +75,16 @@ def layout_problems(prefix: str, claim: ReleaseClaim, root: S3Location) -> list[
                     "artifact_uri")]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def verdict_key(release: events_pb2.AdapterReleased) -> VerdictKey:
     """The verdict record key of a release."""
     return VerdictKey(adapter_id(release.meta.adapter), release.meta.adapter.version,
@@ -104,16 +115,21 @@ class Admitter:
         self.metrics = metrics
         self.clock = clock
         self.timer = timer
-        self.quarantine_root = Path(settings.admission_quarantine_dir)
+        self.quarantine_root = Path(settings.admission_quarantine_dir) / f"proc-{os.getpid()}"
 
     def clear_quarantine(self) -> None:
-        """Remove leftovers of a previous process (a crash mid-check)."""
-        self.quarantine_root.mkdir(parents=True, exist_ok=True)
-        for child in self.quarantine_root.iterdir():
-            if child.is_dir() and not child.is_symlink():
+        """Take this process's quarantine directory and remove what crashed processes left.
+
+        Each process works in ``<quarantine_dir>/proc-<pid>/`` so that several admission
+        processes (replicas, ``make run`` beside a test run) can share the parent.
+        """
+        root = Path(self.settings.admission_quarantine_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        for child in root.glob("proc-*"):
+            pid = child.name.removeprefix("proc-")
+            if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
                 shutil.rmtree(child, ignore_errors=True)
-            else:
-                child.unlink(missing_ok=True)
+        self.quarantine_root.mkdir(parents=True, exist_ok=True)
 
     async def decide(
         self, release: events_pb2.AdapterReleased

@@ -148,8 +148,8 @@ async def test_hostile_corpus_through_the_stack(
     assert m.verdicts.labels("admitted")._value.get() >= len(WELL_FORMED)
     assert m.reasons.labels("non_finite")._value.get() >= 4
     assert m.bytes_verified._value.get() > 0
-    quarantine = admission.settings.admission_quarantine_dir
-    assert list(quarantine.iterdir()) == []  # nothing left behind, admitted or not
+    assert admission.admitter is not None
+    assert list(admission.admitter.quarantine_root.iterdir()) == []  # nothing left behind
 
 
 def test_symlink_at_the_quarantine_stage(corpus_env: Env, keys: Keys, tiny: BaseModelSpec,

@@ -117,7 +117,7 @@ async def test_admits_and_copies_the_release(adapter: Path, tiny: BaseModelSpec,
     assert list(a.checks_passed) == ["source", "download", "files", "signature", "config",
                                      "compatibility", "safetensors", "tensors", "finite"]
     assert a.duration_ms > 0
-    assert list((settings.admission_quarantine_dir).iterdir()) == []
+    assert list(admitter.quarantine_root.iterdir()) == []
     assert admitter.metrics.verdicts.labels("admitted")._value.get() == 1
     assert admitter.metrics.bytes_verified._value.get() > 0
 
@@ -214,7 +214,7 @@ async def test_outage_stores_nothing_and_raises(adapter: Path, tiny: BaseModelSp
         await _admitter(settings, store, catalogue, verdicts).decide(_release(adapter, tiny))
     assert err.value.dependency == "s3" and err.value.retriable
     assert verdicts.rows == {}
-    assert list(settings.admission_quarantine_dir.iterdir()) == []
+    assert not any(settings.admission_quarantine_dir.rglob("q-*"))
 
 
 async def test_crash_refuses_and_cleans_quarantine(adapter: Path, tiny: BaseModelSpec,
@@ -231,16 +231,25 @@ async def test_crash_refuses_and_cleans_quarantine(adapter: Path, tiny: BaseMode
     monkeypatch.setattr(service_mod, "check_quarantined", boom)
     event, _ = await _admitter(settings, store, catalogue).decide(release)
     assert [r.code for r in event.rejected.reasons] == [INTERNAL]
-    assert list(settings.admission_quarantine_dir.iterdir()) == []
+    assert not any(settings.admission_quarantine_dir.rglob("q-*"))
 
 
 def test_clear_quarantine(settings: AdmissionSettings, catalogue: Catalogue) -> None:
+    import os
+
     q = settings.admission_quarantine_dir
-    (q / "q-left" / "artifact").mkdir(parents=True)
-    (q / "q-left" / "artifact" / "adapter_model.safetensors").write_bytes(b"x")
-    (q / "stray").write_bytes(b"x")
-    _admitter(settings, FakeStore(), catalogue).clear_quarantine()
-    assert list(q.iterdir()) == []
+    gone = q / "proc-999999999" / "q-left" / "artifact"
+    gone.mkdir(parents=True)
+    (gone / "adapter_model.safetensors").write_bytes(b"x")
+    mine = q / f"proc-{os.getpid()}" / "q-old"
+    mine.mkdir(parents=True)
+    alive = q / "proc-1" / "q-busy"  # pid 1 is alive: another process's check
+    alive.mkdir(parents=True)
+    admitter = _admitter(settings, FakeStore(), catalogue)
+    admitter.clear_quarantine()
+    assert sorted(p.name for p in q.iterdir()) == ["proc-1", f"proc-{os.getpid()}"]
+    assert list(admitter.quarantine_root.iterdir()) == []
+    assert alive.is_dir()
 
 
 @dataclass
