@@ -14,20 +14,20 @@ See ``services/policy/README.md``.
 
 from __future__ import annotations
 
-from loraplane.policy.config import (
+from .config import (
     PolicyConfig,
     PolicyConfigError,
     config_from_mapping,
     load_config,
 )
-from loraplane.policy.cost import Bandwidths
-from loraplane.policy.factory import POLICIES, UnknownPolicyError, make_policy
-from loraplane.policy.heat import HeatPolicy, SnapshotError
-from loraplane.policy.model import Priority, RequestClass, Tier
-from loraplane.policy.online import CachePolicy, OnlineContext, OnlinePolicy
-from loraplane.policy.plan import Action, ActionKind, Plan, Reason
-from loraplane.policy.snapshot import Snapshot, VersionMeta, WorkerState
-from loraplane.policy.stats import StatsView, VersionStats
+from .cost import Bandwidths
+from .factory import POLICIES, UnknownPolicyError, make_policy
+from .heat import HeatPolicy, SnapshotError
+from .model import Priority, RequestClass, Tier
+from .online import CachePolicy, OnlineContext, OnlinePolicy
+from .plan import Action, ActionKind, Plan, Reason
+from .snapshot import Snapshot, VersionMeta, WorkerState
+from .stats import StatsView, VersionStats
 
 __all__ = [
     "POLICIES",

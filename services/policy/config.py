@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from loraplane.policy.model import Priority, RequestClass
+from .model import Priority, RequestClass
 
 DEFAULT_CONFIG_PATH = Path("config/policy.yaml")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loraplane.policy.model import Tier
+from .model import Tier
 
 MB = 1_000_000
 GB = 1_000_000_000

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loraplane.policy.belady import BeladyPolicy
-from loraplane.policy.config import PolicyConfig
-from loraplane.policy.fifo import FifoPolicy
-from loraplane.policy.gdsf import GdsfPolicy
-from loraplane.policy.heat import HeatPolicy
-from loraplane.policy.lfu import LfuPolicy
-from loraplane.policy.lru import LruPolicy
-from loraplane.policy.online import CachePolicy
+from .belady import BeladyPolicy
+from .config import PolicyConfig
+from .fifo import FifoPolicy
+from .gdsf import GdsfPolicy
+from .heat import HeatPolicy
+from .lfu import LfuPolicy
+from .lru import LruPolicy
+from .online import CachePolicy
 
 POLICIES: dict[str, Callable[[PolicyConfig], CachePolicy]] = {
     "heat": HeatPolicy,

@@ -18,11 +18,12 @@ import zlib
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
-from loraplane.policy.config import PolicyConfig
-from loraplane.policy.model import PRIORITIES, REQUEST_CLASSES, Tier
-from loraplane.policy.online import OnlineContext
-from loraplane.policy.plan import Action, ActionKind, Plan, Reason
-from loraplane.policy.predicates import (
+from ._lazyheap import LazyHeap
+from .config import PolicyConfig
+from .model import PRIORITIES, REQUEST_CLASSES, Tier
+from .online import OnlineContext
+from .plan import Action, ActionKind, Plan, Reason
+from .predicates import (
     Protection,
     demotion_reason,
     eviction_reason,
@@ -31,8 +32,8 @@ from loraplane.policy.predicates import (
     protection,
     protection_of,
 )
-from loraplane.policy.score import hot_terms, size_factor, warm_value
-from loraplane.policy.snapshot import Snapshot, VersionMeta, WorkerState
+from .score import hot_terms, size_factor, warm_value
+from .snapshot import Snapshot, VersionMeta, WorkerState
 
 _NO_PROTECTION = 0
 _CANARY = 1
@@ -106,10 +107,17 @@ class HeatOnline:
         self._prio_warm = [0.0] * n
         self._prot = [0] * n
         self._adapter = ctx.adapters
-        self._is_canary = [0] * n
+        self._superseded = [False] * n
         self._stable: dict[int, int] = {}
         self._hot: list[set[int]] = [set() for _ in range(ctx.n_workers * ctx.n_base_models)]
-        self._warm: list[set[int]] = [set() for _ in range(ctx.n_workers)]
+        # WARM members per worker, split so that a victim search scans few of them:
+        # unprotected members with no priority term have a time-invariant order (their value
+        # is decay(now) * k_warm * mult_warm) and sit in a lazy min-heap; the others are scanned.
+        self._warm_heap = [LazyHeap() for _ in range(ctx.n_workers)]
+        self._warm_scan: list[set[int]] = [set() for _ in range(ctx.n_workers)]
+        self._warm_prot: list[set[int]] = [set() for _ in range(ctx.n_workers)]
+        self._warm_of: list[list[int]] = [[] for _ in range(n)]
+        """Workers where each version is WARM."""
 
     # -- statistics -------------------------------------------------------------------------
 
@@ -120,6 +128,11 @@ class HeatOnline:
         self._k_hot = [k * fh for k in self._k_hot]
         self._k_warm = [k * fw for k in self._k_warm]
         self._base = now
+        for w, heap in enumerate(self._warm_heap):
+            members = [u for u in range(len(self._warm_of)) if w in self._warm_of[u]
+                       and u in heap]
+            for u in members:
+                heap.push(u, self._heap_key(u))
 
     def on_request(self, i: int, v: int, now: float) -> None:
         """Add the request to v's decayed counts; refresh v's class mix, priority and flags."""
@@ -146,13 +159,46 @@ class HeatOnline:
         self._prio[v] = self._prio_term[p]
         self._prio_warm[v] = self._prio_term[p] * inv_size
         self._prot[v] = self._prot_of[canary][p]
-        self._is_canary[v] = canary
+        self._superseded[v] = False
         if not canary:
-            self._stable[self._adapter[v]] = v  # non-canary traffic: v is the stable version
+            # non-canary traffic: v is the stable version; the previous stable is superseded
+            adapter = self._adapter[v]
+            previous = self._stable.get(adapter, v)
+            if previous != v:
+                self._superseded[previous] = True
+                self._reclassify(previous)
+            self._stable[adapter] = v
+        if self._warm_of[v]:
+            self._reclassify(v)
+
+    def _heap_key(self, v: int) -> float:
+        return -1.0 if self._superseded[v] else self._k_warm[v] * self._mult_warm[v]
+
+    def _warm_file(self, w: int, v: int) -> None:
+        """Put WARM member ``v`` of worker ``w`` in the structure its current figures call for."""
+        if self._superseded[v]:
+            self._warm_heap[w].push(v, -1.0)
+        elif self._prot[v]:
+            self._warm_prot[w].add(v)
+        elif self._prio_warm[v] == 0.0:
+            self._warm_heap[w].push(v, self._k_warm[v] * self._mult_warm[v])
+        else:
+            self._warm_scan[w].add(v)
+
+    def _warm_unfile(self, w: int, v: int) -> None:
+        self._warm_heap[w].discard(v)
+        self._warm_scan[w].discard(v)
+        self._warm_prot[w].discard(v)
+
+    def _reclassify(self, v: int) -> None:
+        for w in self._warm_of[v]:
+            self._warm_unfile(w, v)
+            self._warm_file(w, v)
 
     def superseded(self, v: int) -> bool:
-        """True when another version of the same adapter took the stable traffic."""
-        return not self._is_canary[v] and self._stable.get(self._adapter[v], v) != v
+        """True when another version of the same adapter took the stable traffic since v's
+        last request (a canary of the same adapter does not supersede it)."""
+        return self._superseded[v]
 
     def rate(self, v: int, now: float) -> float:
         """Decayed request rate (req/s) of ``v`` at ``now`` (HOT time constant)."""
@@ -197,11 +243,13 @@ class HeatOnline:
 
     def on_insert_warm(self, w: int, v: int, now: float) -> None:
         """Track ``v`` on the worker."""
-        self._warm[w].add(v)
+        self._warm_of[v].append(w)
+        self._warm_file(w, v)
 
     def on_remove_warm(self, w: int, v: int) -> None:
         """Forget ``v`` on the worker."""
-        self._warm[w].discard(v)
+        self._warm_of[v].remove(w)
+        self._warm_unfile(w, v)
 
     # -- victims ----------------------------------------------------------------------------
 
@@ -213,59 +261,76 @@ class HeatOnline:
         """
         decay = math.exp(-(now - self._base) / self._tau)
         k, mult, prio, last, prot = self._k_hot, self._mult_hot, self._prio, self._last, self._prot
+        sup = self._superseded
         idle_before = now - self._idle_s
-        best: tuple[float, int] | None = None
-        protected: list[list[tuple[float, int]]] = [[], [], []]
-        n_kind = [0, 0, 0]
+        best = math.inf
+        best_v = -1
+        n_canary = n_priority = 0
         for u in self._hot[g]:
-            kind = prot[u] if last[u] >= idle_before else _NO_PROTECTION
-            n_kind[kind] += 1
+            kind = prot[u]
+            if kind and last[u] >= idle_before:
+                if kind == _CANARY:
+                    n_canary += 1
+                else:
+                    n_priority += 1
+                continue
             if busy.get(u, 0.0) > now:
                 continue
-            h = -1.0 if self.superseded(u) else k[u] * decay * mult[u] + prio[u]
-            if kind == _NO_PROTECTION:
-                if best is None or (h, u) < best:
-                    best = (h, u)
-            else:
-                protected[kind].append((h, u))
-        for kind in (_CANARY, _PRIORITY):
-            excess = n_kind[kind] - self._limit[kind]
-            if excess > 0 and protected[kind]:
-                protected[kind].sort()
-                for cand in protected[kind][:excess]:
-                    if best is None or cand < best:
-                        best = cand
-        if best is None:
-            rest = protected[_CANARY] + protected[_PRIORITY]
-            if not rest:
-                return None
-            best = min(rest)
-        return best[1]
+            h = -1.0 if sup[u] else k[u] * decay * mult[u] + prio[u]
+            if h < best or (h == best and u < best_v):
+                best, best_v = h, u
+        within_share = n_canary <= self._limit[_CANARY] and n_priority <= self._limit[_PRIORITY]
+        if within_share and best_v >= 0:
+            return best_v
+        # protected members beyond their share (or nothing else free): they compete too
+        excess = {_CANARY: n_canary - self._limit[_CANARY],
+                  _PRIORITY: n_priority - self._limit[_PRIORITY]}
+        protected: dict[int, list[tuple[float, int]]] = {_CANARY: [], _PRIORITY: []}
+        for u in self._hot[g]:
+            kind = prot[u]
+            if not kind or last[u] < idle_before or busy.get(u, 0.0) > now:
+                continue
+            h = -1.0 if sup[u] else k[u] * decay * mult[u] + prio[u]
+            protected[kind].append((h, u))
+        candidates = [] if best_v < 0 else [(best, best_v)]
+        for kind, members in protected.items():
+            members.sort()
+            candidates.extend(members[: max(excess[kind], 0)])
+        if not candidates:
+            candidates = protected[_CANARY] + protected[_PRIORITY]
+        return min(candidates)[1] if candidates else None
 
     def warm_victim(self, w: int, now: float, hot: Container[int]) -> int | None:
         """Lowest WARM value among unprotected non-HOT members (coolest protected if none).
 
         Canary protection lapses after ``demote.idle_minutes`` without traffic (the
-        canary ended); priority protection does not.
+        canary ended); priority protection does not. Superseded versions go first.
         """
         decay = math.exp(-(now - self._base) / self._tau_w)
         k, mult, prio = self._k_warm, self._mult_warm, self._prio_warm
-        prot, last = self._prot, self._last
-        idle_before = now - self._idle_s
-        stable, adapter, is_canary = self._stable, self._adapter, self._is_canary
-        best_v = best_p = -1
-        best = best_protected = math.inf
-        for u in self._warm[w]:
+        sup, last = self._superseded, self._last
+        best_v = -1
+        best = math.inf
+        heap = self._warm_heap[w]
+        top = heap.pop_min(lambda u: u not in hot)
+        if top is not None:
+            key = heap.key(top)
+            best, best_v = (-1.0 if key < 0 else key * decay), top
+        for u in self._warm_scan[w]:
             if u in hot:
                 continue
-            if not is_canary[u] and stable.get(adapter[u], u) != u:
-                value = -1.0  # superseded
-            else:
-                value = k[u] * decay * mult[u] + prio[u]
-            kind = prot[u]
-            if kind == _CANARY and last[u] < idle_before:
-                kind = _NO_PROTECTION
-            if kind == _NO_PROTECTION:
+            value = -1.0 if sup[u] else k[u] * decay * mult[u] + prio[u]
+            if value < best or (value == best and u < best_v):
+                best, best_v = value, u
+        idle_before = now - self._idle_s
+        prot = self._prot
+        best_p = -1
+        best_protected = math.inf
+        for u in self._warm_prot[w]:
+            if u in hot:
+                continue
+            value = k[u] * decay * mult[u] + prio[u]
+            if prot[u] == _CANARY and last[u] < idle_before:  # the canary ended
                 if value < best or (value == best and u < best_v):
                     best, best_v = value, u
             elif value < best_protected or (value == best_protected and u < best_p):
@@ -464,8 +529,9 @@ class HeatPolicy:
         wanted = 0
         if is_incumbent or heat >= pl.promote_min_heat:
             wanted = 1
-        if meta.warmup > 0.0 and wanted == 0:
-            wanted, reason = 1, Reason.SCHEDULED_WARMUP
+        warmup_part = self.config.score.weights.scheduled_warmup * meta.warmup
+        if meta.warmup > 0.0 and (wanted == 0 or heat - warmup_part < pl.promote_min_heat):
+            wanted, reason = max(wanted, 1), Reason.SCHEDULED_WARMUP
         if wanted and (is_hottest or kind is Protection.PRIORITY):
             wanted = max(wanted, pl.min_hot_replicas)
         if wanted:

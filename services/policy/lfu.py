@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Container, Mapping
 
-from loraplane.policy._lazyheap import LazyHeap
-from loraplane.policy.online import OnlineContext
-from loraplane.policy.plan import Plan
-from loraplane.policy.planner import enforce_capacity
-from loraplane.policy.snapshot import Snapshot, WorkerState
+from ._lazyheap import LazyHeap
+from .online import OnlineContext
+from .plan import Plan
+from .planner import enforce_capacity
+from .snapshot import Snapshot, WorkerState
 
 
 class LfuOnline:

@@ -11,10 +11,10 @@ import math
 from collections import OrderedDict
 from collections.abc import Container, Mapping
 
-from loraplane.policy.online import OnlineContext
-from loraplane.policy.plan import Plan
-from loraplane.policy.planner import KeyFn, enforce_capacity
-from loraplane.policy.snapshot import Snapshot, WorkerState
+from .online import OnlineContext
+from .plan import Plan
+from .planner import KeyFn, enforce_capacity
+from .snapshot import Snapshot, WorkerState
 
 
 class LruOnline:

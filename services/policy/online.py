@@ -17,10 +17,10 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from loraplane.policy.cost import Bandwidths
-from loraplane.policy.model import PRIORITIES, REQUEST_CLASSES, Priority, RequestClass
-from loraplane.policy.plan import Plan
-from loraplane.policy.snapshot import Snapshot
+from .cost import Bandwidths
+from .model import PRIORITIES, REQUEST_CLASSES, Priority, RequestClass
+from .plan import Plan
+from .snapshot import Snapshot
 
 PRIORITY_CODE: dict[Priority, int] = {p: i for i, p in enumerate(PRIORITIES)}
 """Integer code of each priority in :class:`OnlineContext` columns (platinum = 0)."""

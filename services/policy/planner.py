@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loraplane.policy.plan import Action, ActionKind, Plan, Reason
-from loraplane.policy.snapshot import Snapshot, WorkerState
+from .plan import Action, ActionKind, Plan, Reason
+from .snapshot import Snapshot, WorkerState
 
 KeyFn = Callable[[str, WorkerState], tuple[float, float]]
 """Rank of a version on a worker (primary, tie-break): the lowest goes first."""

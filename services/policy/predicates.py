@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from enum import Enum
 
-from loraplane.policy.config import PolicyConfig
-from loraplane.policy.model import Priority
-from loraplane.policy.plan import Reason
-from loraplane.policy.snapshot import VersionMeta
-from loraplane.policy.stats import StatsView
+from .config import PolicyConfig
+from .model import Priority
+from .plan import Reason
+from .snapshot import VersionMeta
+from .stats import StatsView
 
 
 class Protection(str, Enum):

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loraplane.policy.config import ScoreConfig
-from loraplane.policy.cost import Bandwidths
-from loraplane.policy.model import REQUEST_CLASSES, Tier
-from loraplane.policy.snapshot import VersionMeta
-from loraplane.policy.stats import StatsView
+from .config import ScoreConfig
+from .cost import Bandwidths
+from .model import REQUEST_CLASSES, Tier
+from .snapshot import VersionMeta
+from .stats import StatsView
 
 SIZE_FLOOR_GB = 0.001
 """Sizes below 1 MB count as 1 MB in the WARM value (no division blow-up)."""

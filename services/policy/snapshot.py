@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from loraplane.policy.cost import Bandwidths
-from loraplane.policy.model import Priority
-from loraplane.policy.stats import StatsView
+from .cost import Bandwidths
+from .model import Priority
+from .stats import StatsView
 
 EMPTY_STATS = StatsView()
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from loraplane.policy.model import RequestClass
+from .model import RequestClass
 
 DEFAULT_TAU_S = 600.0
 """Time constant of the HOT request rate (``score.rate_window_s``)."""

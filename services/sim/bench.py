@@ -37,20 +37,18 @@ POLICY_ORDER = ("heat", "lru", "fifo", "lfu", "gdsf", "belady")
 CHECKED_IN = Path("tests/data/traces")
 """Where small reference traces are checked in (relative to the repository root)."""
 
+_CAPACITIES = (
+    Capacities(gpu_slots=16, host_bytes=10 * GIB, workers=4),
+    Capacities(gpu_slots=16, host_bytes=12 * GIB, workers=4),
+    Capacities(gpu_slots=8, host_bytes=10 * GIB, workers=4),
+)
 BENCH_CASES: dict[str, tuple[Capacities, ...]] = {
-    "conv-1h": (
-        Capacities(gpu_slots=16, host_bytes=12 * GIB, workers=4),
-        Capacities(gpu_slots=16, host_bytes=15 * GIB, workers=4),
-        Capacities(gpu_slots=8, host_bytes=12 * GIB, workers=4),
-    ),
-    "mixed-3h": (
-        Capacities(gpu_slots=16, host_bytes=12 * GIB, workers=4),
-        Capacities(gpu_slots=16, host_bytes=15 * GIB, workers=4),
-        Capacities(gpu_slots=8, host_bytes=12 * GIB, workers=4),
-    ),
+    "conv-1h": _CAPACITIES,
+    "large-1h": _CAPACITIES,
+    "mixed-3h": _CAPACITIES,
 }
 """Capacities per reference trace: 4 workers with 16 (or 8) engine LoRA slots (``max_loras``)
-and 12–15 GiB of host memory for adapter files each, against ~80 GB of adapter versions."""
+and 10 or 12 GiB of host memory for adapter files each, against 80–170 GB of adapter versions."""
 
 
 @dataclass(frozen=True)

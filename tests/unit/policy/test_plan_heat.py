@@ -1,0 +1,211 @@
+"""Table tests of ``HeatPolicy.plan``: promotions, demotions, pins, prewarm, placement."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from loraplane.policy.config import PlacementConfig, PolicyConfig
+from loraplane.policy.heat import HeatPolicy, SnapshotError
+from loraplane.policy.model import Priority, RequestClass
+from loraplane.policy.plan import Action, ActionKind, Plan, Reason
+from loraplane.policy.snapshot import Snapshot
+
+from .helpers import apply_plan, meta, requested, worker
+
+NOW = 10_000.0
+HEAT = HeatPolicy()
+
+
+def hot_stats(n: int = 20) -> list[float]:
+    """``n`` requests over the last minutes."""
+    return [NOW - 10.0 * k for k in range(n)]
+
+
+def kinds(plan: Plan, kind: ActionKind) -> set[tuple[str, str, Reason]]:
+    return {(a.worker_id, a.version_id, a.reason) for a in plan.of_kind(kind)}
+
+
+def test_promotes_the_hottest_into_free_slots_and_not_the_lukewarm() -> None:
+    snap = Snapshot.build(
+        [meta("t/hot@v1"), meta("t/cold@v1")],
+        [worker("w0", slots=2)],
+        {"t/hot@v1": requested(hot_stats()), "t/cold@v1": requested([NOW - 3500.0])},
+    )
+    plan = HEAT.plan(snap, NOW)
+    assert kinds(plan, ActionKind.PROMOTE) == {("w0", "t/hot@v1", Reason.HEAT)}
+
+
+def test_displaces_the_coolest_resident_only_beyond_hysteresis() -> None:
+    versions = [meta("t/a@v1"), meta("t/b@v1"), meta("t/new@v1")]
+    stats = {
+        "t/a@v1": requested(hot_stats(20)),
+        "t/b@v1": requested(hot_stats(5)),
+        "t/new@v1": requested(hot_stats(30)),
+    }
+    snap = Snapshot.build(versions, [worker("w0", slots=2, hot={"t/a@v1", "t/b@v1"})], stats)
+    plan = HEAT.plan(snap, NOW)
+    assert kinds(plan, ActionKind.DEMOTE) == {("w0", "t/b@v1", Reason.DISPLACED)}
+    assert kinds(plan, ActionKind.PROMOTE) == {("w0", "t/new@v1", Reason.HEAT)}
+    # barely hotter than the resident: the resident stays (no churn)
+    stats["t/new@v1"] = requested([t + 2.0 for t in hot_stats(5)])
+    snap = Snapshot.build(versions, [worker("w0", slots=2, hot={"t/a@v1", "t/b@v1"})], stats)
+    assert len(HEAT.plan(snap, NOW)) == 0
+
+
+def test_idle_and_failing_versions_are_demoted_but_in_flight_ones_stay() -> None:
+    versions = [meta("t/idle@v1"), meta("t/bad@v1"), meta("t/busy@v1"),
+                meta("t/plat@v1", priority=Priority.PLATINUM)]
+    stats = {
+        "t/idle@v1": requested([NOW - 2 * 3600.0]),
+        "t/busy@v1": requested([NOW - 2 * 3600.0]),
+        "t/bad@v1": requested(hot_stats(), errors=5, finished=40),
+        "t/plat@v1": requested([NOW - 2 * 3600.0]),
+    }
+    w = worker("w0", slots=4, hot=set(stats), in_flight={"t/busy@v1": 1})
+    plan = HEAT.plan(Snapshot.build(versions, [w], stats), NOW)
+    assert kinds(plan, ActionKind.DEMOTE) == {
+        ("w0", "t/idle@v1", Reason.IDLE),
+        ("w0", "t/bad@v1", Reason.ERROR_RATE),
+        ("w0", "t/plat@v1", Reason.IDLE),
+    }
+    # demoted, not evicted: platinum and the others stay WARM (there is room)
+    assert not plan.of_kind(ActionKind.EVICT)
+
+
+def test_protected_versions_are_pinned_within_their_share_never_every_slot() -> None:
+    plats = [f"t/p{i}@v1" for i in range(4)]
+    versions = [meta(v, priority=Priority.PLATINUM) for v in plats]
+    stats = {v: requested(hot_stats(10 + i)) for i, v in enumerate(plats)}
+    # 16 slots, share 0.125: two pins for platinum
+    snap = Snapshot.build(versions, [worker("w0", slots=16, hot=set(plats))], stats)
+    plan = HEAT.plan(snap, NOW)
+    assert kinds(plan, ActionKind.PIN) == {("w0", "t/p3@v1", Reason.PROTECTED),
+                                           ("w0", "t/p2@v1", Reason.PROTECTED)}
+    # 2 slots: share rounds to 0, nothing pinned, and an existing pin is lifted
+    snap = Snapshot.build(versions[:2], [worker("w0", slots=2, hot=set(plats[:2]),
+                                                pinned={plats[0]})], stats)
+    plan = HEAT.plan(snap, NOW)
+    assert kinds(plan, ActionKind.UNPIN) == {("w0", plats[0], Reason.UNPROTECTED)}
+    assert not plan.of_kind(ActionKind.PIN)
+
+
+def test_active_canary_is_prefetched_before_traffic() -> None:
+    snap = Snapshot.build(
+        [meta("t/a@v2", canary=True), meta("t/a@v1")],
+        [worker("w0", slots=2, warm_mb=200), worker("w1", slots=2, warm_mb=200, warm={"t/a@v1"})],
+        {"t/a@v1": requested(hot_stats(2))},
+    )
+    plan = HEAT.plan(snap, NOW)
+    prefetched = plan.of_kind(ActionKind.PREFETCH)
+    assert [(a.version_id, a.reason) for a in prefetched] == [("t/a@v2", Reason.CANARY_PREWARM)]
+    # and nothing else is prefetched: unrequested non-canary versions wait for traffic
+    snap = Snapshot.build([meta("t/x@v1")], [worker("w0")], {})
+    assert not HEAT.plan(snap, NOW).of_kind(ActionKind.PREFETCH)
+
+
+def test_platinum_stays_warm_under_pressure_and_gives_way_only_when_alone_too_big() -> None:
+    versions = [meta("t/p@v1", priority=Priority.PLATINUM, size_mb=60),
+                meta("t/b@v1", size_mb=60), meta("t/hot@v1", size_mb=60)]
+    stats = {"t/p@v1": requested([NOW - 3000.0]), "t/b@v1": requested(hot_stats(3)),
+             "t/hot@v1": requested(hot_stats(30))}
+    # room for two 60 MB versions: the hot one must come in, b (unprotected) goes
+    w = worker("w0", slots=1, warm_mb=120, warm={"t/p@v1", "t/b@v1"})
+    plan = HEAT.plan(Snapshot.build(versions, [w], stats), NOW)
+    assert kinds(plan, ActionKind.EVICT) == {("w0", "t/b@v1", Reason.DISPLACED)}
+    assert kinds(plan, ActionKind.PROMOTE) == {("w0", "t/hot@v1", Reason.HEAT)}
+    # two platinum versions and room for one next to the HOT one: the coolest gives way
+    versions[1] = meta("t/b@v1", priority=Priority.PLATINUM, size_mb=60)
+    plan = HEAT.plan(Snapshot.build(versions, [w], stats), NOW)
+    assert kinds(plan, ActionKind.EVICT) == {("w0", "t/p@v1", Reason.PROTECTION_OVERFLOW)}
+
+
+def test_hottest_versions_get_min_replicas_and_load_gets_spread() -> None:
+    versions = [meta("t/top@v1"), meta("t/mid@v1"), meta("t/low@v1")]
+    stats = {
+        # ~20 req/s: four replicas at 5 req/s each, capped by the three workers
+        "t/top@v1": requested([NOW - 0.05 * k for k in range(12_000)]),
+        "t/mid@v1": requested(hot_stats(30)),
+        "t/low@v1": requested(hot_stats(10)),
+    }
+    ws = [worker(f"w{i}", slots=2) for i in range(3)]
+    plan = HEAT.plan(Snapshot.build(versions, ws, stats), NOW)
+    promoted: dict[str, list[tuple[str, Reason]]] = {}
+    for a in plan.of_kind(ActionKind.PROMOTE):
+        promoted.setdefault(a.version_id, []).append((a.worker_id, a.reason))
+    assert len(promoted["t/top@v1"]) == 3
+    assert {r for _, r in promoted["t/top@v1"]} == {Reason.HEAT, Reason.MIN_REPLICAS,
+                                                     Reason.LOAD_SPREAD}
+    assert len(promoted["t/mid@v1"]) == 2  # second hottest: min_hot_replicas = 2
+    assert len(promoted["t/low@v1"]) == 1
+    # load spread: the single-replica version lands on the least loaded worker
+    top_workers = {w for w, _ in promoted["t/top@v1"]}
+    mid_workers = {w for w, _ in promoted["t/mid@v1"]}
+    loads = {w.worker_id: (w.worker_id in top_workers) * 20 + (w.worker_id in mid_workers)
+             for w in ws}
+    assert promoted["t/low@v1"][0][0] == min(loads, key=lambda k: (loads[k], k))
+
+
+def test_affinity_keeps_a_version_where_it_is_and_prefers_warm_workers() -> None:
+    single = HeatPolicy(replace(PolicyConfig(), placement=PlacementConfig(hottest_top_n=0)))
+    versions = [meta("t/a@v1"), meta("t/b@v1")]
+    stats = {"t/a@v1": requested(hot_stats(5)), "t/b@v1": requested(hot_stats(5))}
+    ws = [worker("w0", slots=2), worker("w1", slots=2, hot={"t/a@v1"}, warm={"t/b@v1"}),
+          worker("w2", slots=2)]
+    plan = single.plan(Snapshot.build(versions, ws, stats), NOW)
+    assert not plan.of_kind(ActionKind.DEMOTE)
+    assert kinds(plan, ActionKind.PROMOTE) == {("w1", "t/b@v1", Reason.HEAT)}
+
+
+def test_surplus_replicas_and_superseded_versions_go() -> None:
+    versions = [meta("t/a@v1", superseded=True), meta("t/a@v2"), meta("t/c@v1")]
+    stats = {"t/a@v1": requested(hot_stats(50)), "t/a@v2": requested(hot_stats(5)),
+             "t/c@v1": requested(hot_stats(3))}
+    ws = [worker("w0", slots=3, hot={"t/a@v1", "t/c@v1"}, warm={"t/a@v2"}),
+          worker("w1", slots=3, hot={"t/c@v1"})]
+    plan = HEAT.plan(Snapshot.build(versions, ws, stats), NOW)
+    assert ("w0", "t/a@v1", Reason.SUPERSEDED) in kinds(plan, ActionKind.DEMOTE)
+    assert ("w0", "t/a@v1", Reason.SUPERSEDED) in kinds(plan, ActionKind.EVICT)
+    assert ("w0", "t/a@v2", Reason.HEAT) in kinds(plan, ActionKind.PROMOTE)
+
+
+def test_scheduled_warmup_promotes_an_unrequested_version() -> None:
+    snap = Snapshot.build([meta("t/launch@v1", warmup=1.0)], [worker("w0", slots=2)], {})
+    plan = HEAT.plan(snap, NOW)
+    assert kinds(plan, ActionKind.PROMOTE) == {("w0", "t/launch@v1", Reason.SCHEDULED_WARMUP)}
+
+
+def test_actions_run_in_a_safe_order() -> None:
+    versions = [meta("t/a@v1", size_mb=100), meta("t/b@v1", size_mb=100)]
+    stats = {"t/a@v1": requested([NOW - 3 * 3600.0]), "t/b@v1": requested(hot_stats(40))}
+    w = worker("w0", slots=1, warm_mb=200, hot={"t/a@v1"}, pinned=set())
+    plan = HEAT.plan(Snapshot.build(versions, [w], stats), NOW)
+    order = [a.kind for a in plan]
+    assert order == sorted(order, key=list(ActionKind).index)
+    apply_plan(Snapshot.build(versions, [w], stats), plan)
+
+
+def test_rejects_an_inconsistent_snapshot() -> None:
+    snap = Snapshot.build([meta("t/a@v1")], [worker("w0", hot={"t/ghost@v1"},
+                                                    pinned={"t/a@v1"})], {})
+    with pytest.raises(SnapshotError) as err:
+        HEAT.plan(snap, NOW)
+    assert len(err.value.problems) == 2
+
+
+def test_action_sort_key_and_plan_helpers() -> None:
+    a = Action(ActionKind.PIN, "w0", "v", Reason.PROTECTED)
+    b = Action(ActionKind.UNPIN, "w1", "v", Reason.UNPROTECTED)
+    plan = Plan.of([a, b])
+    assert plan.actions == (b, a)
+    assert plan.for_worker("w0").actions == (a,)
+    assert len(plan) == 2 and list(plan) == [b, a]
+
+
+def test_background_only_traffic_still_promotes_by_rate() -> None:
+    snap = Snapshot.build(
+        [meta("t/batch@v1")], [worker("w0", slots=1)],
+        {"t/batch@v1": requested(hot_stats(10), RequestClass.BACKGROUND)},
+    )
+    assert kinds(HEAT.plan(snap, NOW), ActionKind.PROMOTE) == {("w0", "t/batch@v1", Reason.HEAT)}
