@@ -21,6 +21,7 @@ from loraplane.devkit.keys import write_dev_keys
 from loraplane.registry.app import RegistryApp
 from loraplane.registry.testing import registry_settings
 from loraplane.shared.catalogue import BaseModelSpec, load_catalogue
+from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES
 from loraplane.stack.stack import Stack
 
 from .corpus import Env
@@ -120,10 +121,19 @@ def s3(stack: Stack) -> Minio:
 
 
 @pytest.fixture(scope="session")
-async def admission(stack: Stack, keys: Keys, tmp_path_factory: pytest.TempPathFactory
-                    ) -> AsyncIterator[AdmissionApp]:
-    """Admission consuming the real ``adapter.releases`` (what the registry publishes)."""
-    settings = admission_settings(stack, keys, tmp_path_factory.mktemp("quarantine"))
+def topic_ns(session_id: str) -> str:
+    """Topic namespace shared by this module's registry and admission (test isolation)."""
+    return f"adm{session_id}."
+
+
+@pytest.fixture(scope="session")
+async def admission(stack: Stack, keys: Keys, tmp_path_factory: pytest.TempPathFactory,
+                    topic_ns: str) -> AsyncIterator[AdmissionApp]:
+    """Admission consuming the registry's ``adapter.releases`` (in the test namespace)."""
+    settings = admission_settings(
+        stack, keys, tmp_path_factory.mktemp("quarantine"),
+        admission_releases_topic=topic_ns + ADAPTER_RELEASES,
+        admission_admissions_topic=topic_ns + ADAPTER_ADMISSIONS)
     app = AdmissionApp(settings, registry=CollectorRegistry(), serve_metrics=False)
     await app.start()
     try:
@@ -133,10 +143,10 @@ async def admission(stack: Stack, keys: Keys, tmp_path_factory: pytest.TempPathF
 
 
 @pytest.fixture(scope="session")
-async def registry_app(stack: Stack) -> AsyncIterator[RegistryApp]:
+async def registry_app(stack: Stack, topic_ns: str) -> AsyncIterator[RegistryApp]:
     """The registry (gRPC + outbox relay + admission-verdict consumer), in process."""
-    app = RegistryApp(registry_settings(stack), registry=CollectorRegistry(),
-                      serve_metrics=False)
+    app = RegistryApp(registry_settings(stack, registry_topic_prefix=topic_ns),
+                      registry=CollectorRegistry(), serve_metrics=False)
     await app.start()
     try:
         yield app

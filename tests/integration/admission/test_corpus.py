@@ -111,11 +111,14 @@ async def test_hostile_corpus_through_the_stack(
                                   tokenizer_revision=tiny.tokenizer_revision, version=VERSION)
             await asyncio.to_thread(upload, s3, planned.bucket, planned.objects)
             direct.append(planned.release)
-    await publish_releases(stack.settings.kafka_bootstrap, direct)
+    await publish_releases(stack.settings.kafka_bootstrap, direct,
+                           topic=admission.settings.admission_releases_topic)
 
     wanted = {(f"{tenants[built[c.name].tenant]}/{c.name}", VERSION): c for c in ALL_CASES}
     verdicts = await read_verdicts(stack.settings.kafka_bootstrap,
-                                   lambda got: set(wanted) <= set(got), timeout=180)
+                                   lambda got: set(wanted) <= set(got),
+                                   topic=admission.settings.admission_admissions_topic,
+                                   timeout=180)
 
     failures: list[str] = []
     for key, case in wanted.items():
