@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from loraplane.shared.signing import compute_manifest_digest
 
     spec = llama_shape_spec(num_layers=args.layers)
-    adapter, keys = build_adapter(BENCH_DIR / "admission-adapter", rank=args.rank,
-                                  dtype=args.dtype, layers=args.layers)
+    adapter, keys = build_adapter(args.cache_dir, rank=args.rank, dtype=args.dtype,
+                                  layers=args.layers)
     nbytes = sum((adapter / n).stat().st_size for n in ARTIFACT_FILES)
     catalogue = Catalogue(base_models={spec.name: spec})
     ctx = CheckContext(catalogue, TrustStore(keys, None).keys_for("bench"),
@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--out", type=Path, default=RESULT_PATH)
+    parser.add_argument("--cache-dir", type=Path, default=BENCH_DIR / "admission-adapter",
+                        help="where the generated adapter is kept between runs")
     parser.add_argument("--no-fail", action="store_true",
                         help="exit 0 even when the ratio misses the target")
     args = parser.parse_args(argv)
