@@ -8,15 +8,29 @@ from loraplane.stack.settings import StackSettings
 from loraplane.stack.supervisor import Supervisor, full_status, run_foreground
 
 
-def _seed(sup: Supervisor) -> dict[str, str]:
+_seeded: dict[str, object] = {}
+
+
+def _prepare(sup: Supervisor) -> None:
     from loraplane.stack.seed import seed_models
 
-    return seed_models(sup.echo)
+    _seeded["manifest"], _seeded["values"] = seed_models(sup.echo)
+
+
+def _seed(sup: Supervisor) -> dict[str, str]:
+    from loraplane.devkit.builder import DemoManifest
+    from loraplane.stack.seed import seed_platform
+
+    manifest = _seeded["manifest"]
+    values = dict(_seeded["values"])  # type: ignore[call-overload]
+    assert isinstance(manifest, DemoManifest)
+    values.update(seed_platform(manifest, sup.env, sup.echo))
+    return values
 
 
 def run() -> None:
     """Start the stack and every service, seed the demo, serve until Ctrl-C / SIGTERM."""
-    raise typer.Exit(run_foreground(_seed))
+    raise typer.Exit(run_foreground(_prepare, _seed))
 
 
 def status(profile: str = typer.Option("run", "--profile")) -> None:

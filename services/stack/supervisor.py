@@ -110,7 +110,7 @@ class Supervisor:
     def request_stop(self, *_: object) -> None:
         self._stop.set()
 
-    def start(self) -> dict[str, float]:
+    def start(self, prepare: Callable[[Supervisor], None] | None = None) -> dict[str, float]:
         t0 = time.monotonic()
         self.echo("starting the embedded stack")
         timings = self.stack.up(echo=True)
@@ -125,6 +125,8 @@ class Supervisor:
         created = asyncio.run(ensure_topics(self.s.kafka_bootstrap))
         self.echo(f"  topics      ready ({len(created)} created)")
         start_http_server(self.s.supervisor_metrics_port, addr="127.0.0.1", registry=self.registry)
+        if prepare is not None:
+            prepare(self)
         for spec in existing_services():
             proc = ServiceProcess(self.s, spec, self.env)
             t1 = time.monotonic()
@@ -169,13 +171,17 @@ class Supervisor:
         self.echo("stopped")
 
 
-def run_foreground(seed: Callable[[Supervisor], dict[str, str]] | None = None) -> int:
-    """Entry of ``loraplane run``."""
+def run_foreground(
+    prepare: Callable[[Supervisor], None] | None = None,
+    seed: Callable[[Supervisor], dict[str, str]] | None = None,
+) -> int:
+    """Entry of ``loraplane run``: ``prepare`` runs before the services start (model
+    build), ``seed`` after (tenants, keys, releases); its values go to demo.env."""
     sup = Supervisor(StackSettings(profile="run"))
     signal.signal(signal.SIGINT, sup.request_stop)
     signal.signal(signal.SIGTERM, sup.request_stop)
     try:
-        timings = sup.start()
+        timings = sup.start(prepare)
         seeded = seed(sup) if seed is not None else {}
         env_file = sup.s.demo_env_file
         assert env_file is not None
@@ -185,7 +191,7 @@ def run_foreground(seed: Callable[[Supervisor], dict[str, str]] | None = None) -
         sup.echo("  health:               make status")
         sup.echo("serving; Ctrl-C stops everything")
         sup.watch()
-    except StackError as exc:
+    except (StackError, RuntimeError) as exc:
         sup.echo(f"error: {exc}")
         sup.stop()
         return 1
