@@ -251,7 +251,12 @@ class SafeEngine:
             raise
 
     async def unpin(self, adapter: EngineAdapter) -> None:
-        """Release the pin of ``adapter`` (no-op if it is not pinned)."""
+        """Release the pin of ``adapter`` (no-op if it is not pinned).
+
+        Allowed while requests run on it: vLLM has no unpin, so the engine removes and
+        re-adds the adapter; both happen between two engine steps and a running request's
+        adapter is re-added by the next step, so no output changes.
+        """
         async with self._lock:
             if adapter.engine_id not in self.gate.pinned:
                 return

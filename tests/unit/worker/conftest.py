@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,21 +14,16 @@ from prometheus_client import CollectorRegistry
 
 from loraplane.devkit.keys import DevKeyPair, write_dev_keys
 from loraplane.shared.signing import sign_directory
-from loraplane.worker.engine import EngineAdapter, EngineLimits
+from loraplane.worker.engine import EngineAdapter
 from loraplane.worker.guard import SafeEngine
 from loraplane.worker.host_tier import ArtifactSpec, HostTier
-from loraplane.worker.lora_files import LlamaDims, write_lora
+from loraplane.worker.lora_files import write_lora
 from loraplane.worker.manager import AdapterManager
 from loraplane.worker.metrics import WorkerMetrics
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakes import DirStore, VllmModel
+from worker_fakes import BASE, BUCKET, DIMS, LIMITS, PREFIX, DirStore, MakeAdapter, Rig, VllmModel
 
-BUCKET = "loraplane-artifacts"
-PREFIX = "adapters"
-BASE = "loraplane/tiny-llama"
-DIMS = LlamaDims(num_layers=2, hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64)
-LIMITS = EngineLimits(max_loras=3, max_cpu_loras=5, max_lora_rank=16)
 _ids = itertools.count(1)
 
 
@@ -46,9 +40,6 @@ def other_keys(tmp_path_factory: pytest.TempPathFactory) -> DevKeyPair:
 @pytest.fixture
 def store(tmp_path: Path) -> DirStore:
     return DirStore(tmp_path / "s3")
-
-
-MakeAdapter = Callable[..., ArtifactSpec]
 
 
 @pytest.fixture
@@ -86,18 +77,6 @@ def host_factory(store: DirStore, keys: DevKeyPair, tmp_path: Path) -> Callable[
         )
 
     return make
-
-
-@dataclass
-class Rig:
-    """A manager over the engine double, with everything it uses."""
-
-    model: VllmModel
-    engine: SafeEngine
-    host: HostTier
-    manager: AdapterManager
-    metrics: WorkerMetrics
-    events: list[object]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import BASE, LIMITS, MakeAdapter, Rig
+from worker_fakes import BASE, LIMITS, MakeAdapter, Rig
 
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import common_pb2, events_pb2

@@ -11,9 +11,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fakes import VllmModel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from worker_fakes import VllmModel
 
 from loraplane.worker.engine import EngineAdapter, EngineLimits, EngineRequest, Sampling
 from loraplane.worker.errors import InUse, NoCapacity, NotPresent, PinLimit, RankTooLarge

@@ -8,8 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import BUCKET, MakeAdapter
-from fakes import DirStore
+from worker_fakes import BUCKET, DirStore, MakeAdapter
 
 from loraplane.devkit.keys import DevKeyPair
 from loraplane.worker.errors import (

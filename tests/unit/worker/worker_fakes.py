@@ -14,12 +14,27 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from loraplane.worker.engine import EngineAdapter, EngineChunk, EngineLimits, EngineRequest
 from loraplane.worker.errors import DownloadFailed, EngineFailure
+from loraplane.worker.guard import SafeEngine
+from loraplane.worker.host_tier import ArtifactSpec, HostTier
+from loraplane.worker.lora_files import LlamaDims
+from loraplane.worker.manager import AdapterManager
+from loraplane.worker.metrics import WorkerMetrics
 from loraplane.worker.store import ObjectInfo
+
+BUCKET = "loraplane-artifacts"
+PREFIX = "adapters"
+BASE = "loraplane/tiny-llama"
+DIMS = LlamaDims(num_layers=2, hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64)
+LIMITS = EngineLimits(max_loras=3, max_cpu_loras=5, max_lora_rank=16)
+
+MakeAdapter = Callable[..., ArtifactSpec]
+"""``make_adapter(name, *, tenant, version, rank, key, base_model) -> ArtifactSpec``."""
 
 
 class VllmModel:
@@ -108,9 +123,11 @@ class VllmModel:
         self.pinned.add(engine_id)
 
     async def unpin(self, adapter: EngineAdapter) -> None:
+        # vLLM: remove + add between two engine steps; a running request of the adapter
+        # is re-added by the next step from its path, so this is not a violation.
         self.calls.append(("unpin", adapter.engine_id))
-        await self.unregister(adapter.engine_id)
-        await self.register(adapter)
+        self.pinned.discard(adapter.engine_id)
+        self._add(adapter, self._batch())
 
     async def list(self) -> set[int]:
         return set(self.registered)
@@ -184,3 +201,15 @@ class DirStore:
 
     def iter_object(self, bucket: str, key: str) -> Iterator[bytes]:
         yield self.path(bucket, key).read_bytes()
+
+
+@dataclass
+class Rig:
+    """A manager over the engine double, with everything it uses."""
+
+    model: VllmModel
+    engine: SafeEngine
+    host: HostTier
+    manager: AdapterManager
+    metrics: WorkerMetrics
+    events: list[object]
