@@ -95,7 +95,7 @@ class RegistryClient:
 
     def create_tenant(
         self, tenant_id: str, *, display_name: str = "",
-        priority: int = common_pb2.PRIORITY_UNSPECIFIED,
+        priority: common_pb2.Priority = common_pb2.PRIORITY_UNSPECIFIED,
     ) -> registry_pb2.Tenant:
         """Create a tenant."""
         return self.call("CreateTenant", registry_pb2.CreateTenantRequest(
@@ -103,7 +103,7 @@ class RegistryClient:
 
     def ensure_tenant(
         self, tenant_id: str, *, display_name: str = "",
-        priority: int = common_pb2.PRIORITY_UNSPECIFIED,
+        priority: common_pb2.Priority = common_pb2.PRIORITY_UNSPECIFIED,
     ) -> registry_pb2.Tenant:
         """Create the tenant unless it exists (seeding is re-runnable)."""
         try:
@@ -249,7 +249,7 @@ def release_adapter(
     version: str,
     base_model: str,
     signing_key: Path | None,
-    priority: int = common_pb2.PRIORITY_UNSPECIFIED,
+    priority: common_pb2.Priority = common_pb2.PRIORITY_UNSPECIFIED,
     tokenizer_revision: str = "",
     progress: Callable[[list[LocalFile]], Progress] | None = None,
 ) -> ReleaseResult:

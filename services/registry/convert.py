@@ -19,9 +19,14 @@ PRIORITY_TO_DB: Mapping[int, str] = {
     common_pb2.PRIORITY_BRONZE: "bronze",
 }
 """Proto ``Priority`` → database ``priority`` label."""
-PRIORITY_FROM_DB: Mapping[str, int] = {v: k for k, v in PRIORITY_TO_DB.items()}
+PRIORITY_FROM_DB: Mapping[str, common_pb2.Priority] = {
+    "platinum": common_pb2.PRIORITY_PLATINUM,
+    "gold": common_pb2.PRIORITY_GOLD,
+    "silver": common_pb2.PRIORITY_SILVER,
+    "bronze": common_pb2.PRIORITY_BRONZE,
+}
 
-STATUS_TO_PROTO: Mapping[Status, int] = {
+STATUS_TO_PROTO: Mapping[Status, common_pb2.VersionStatus] = {
     Status.PENDING: common_pb2.VERSION_STATUS_PENDING,
     Status.ADMITTED: common_pb2.VERSION_STATUS_ADMITTED,
     Status.REJECTED: common_pb2.VERSION_STATUS_REJECTED,
@@ -29,15 +34,10 @@ STATUS_TO_PROTO: Mapping[Status, int] = {
     Status.CANARY: common_pb2.VERSION_STATUS_CANARY,
     Status.RETIRED: common_pb2.VERSION_STATUS_RETIRED,
 }
-STATUS_FROM_PROTO: Mapping[int, Status] = {v: k for k, v in STATUS_TO_PROTO.items()}
+STATUS_FROM_PROTO: Mapping[int, Status] = {int(v): k for k, v in STATUS_TO_PROTO.items()}
 
-PRIORITY_NAMES: Mapping[str, int] = {
-    "platinum": common_pb2.PRIORITY_PLATINUM,
-    "gold": common_pb2.PRIORITY_GOLD,
-    "silver": common_pb2.PRIORITY_SILVER,
-    "bronze": common_pb2.PRIORITY_BRONZE,
-}
-"""CLI spelling of priorities."""
+PRIORITY_NAMES: Mapping[str, common_pb2.Priority] = PRIORITY_FROM_DB
+"""CLI spelling of priorities (the database labels)."""
 
 
 def priority_db(value: int) -> str | None:
@@ -45,7 +45,7 @@ def priority_db(value: int) -> str | None:
     return PRIORITY_TO_DB.get(value)
 
 
-def priority_proto(label: str | None) -> int:
+def priority_proto(label: str | None) -> common_pb2.Priority:
     """Proto priority of a database label (``None`` → PRIORITY_UNSPECIFIED)."""
     return PRIORITY_FROM_DB[label] if label else common_pb2.PRIORITY_UNSPECIFIED
 

@@ -127,7 +127,7 @@ def _print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
-def _priority(value: str | None) -> int:
+def _priority(value: str | None) -> common_pb2.Priority:
     if not value:
         return common_pb2.PRIORITY_UNSPECIFIED
     try:
