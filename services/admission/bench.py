@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--dtype", default="BF16", choices=("BF16", "F16", "F32"))
     parser.add_argument("--layers", type=int, default=32)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--out", type=Path, default=RESULT_PATH)
     parser.add_argument("--cache-dir", type=Path, default=BENCH_DIR / "admission-adapter",
                         help="where the generated adapter is kept between runs")

@@ -119,8 +119,8 @@ def check_quarantined(
     except Exception as exc:  # noqa: BLE001 - a crashing check refuses, never admits
         run.crashed("files", t, exc)
 
-    # The signature check hashes every byte; it runs beside the format checks (hashlib and
-    # numpy release the GIL), which only read the same files.
+    # The signature check hashes every byte: it runs in its own thread beside the format
+    # checks below, which only read the same files (hashlib and numpy release the GIL).
     def timed_signature() -> tuple[SignatureResult, float, float]:
         started = clock()
         result = check_signature(
@@ -136,7 +136,7 @@ def check_quarantined(
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="admission-signature")
     signature_future = pool.submit(timed_signature)
     pool.shutdown(wait=False)
-    signature_slot = len(run.outcomes)
+    signature_slot = len(earlier) + 1  # right after "files"
 
     config: LoraConfigView | None = None
     t = clock()
