@@ -39,6 +39,9 @@ _NO_PROTECTION = 0
 _CANARY = 1
 _PRIORITY = 2
 _KIND_CODE = {None: _NO_PROTECTION, Protection.CANARY: _CANARY, Protection.PRIORITY: _PRIORITY}
+_IN_HEAP = 0
+_IN_SCAN = 1
+_IN_PROTECTED = 2
 
 
 class HeatOnline:
@@ -118,6 +121,8 @@ class HeatOnline:
         self._warm_prot: list[set[int]] = [set() for _ in range(ctx.n_workers)]
         self._warm_of: list[list[int]] = [[] for _ in range(n)]
         """Workers where each version is WARM."""
+        self._where = [_IN_HEAP] * n
+        """The WARM structure each version is filed in (the same on every worker)."""
 
     # -- statistics -------------------------------------------------------------------------
 
@@ -174,26 +179,41 @@ class HeatOnline:
     def _heap_key(self, v: int) -> float:
         return -1.0 if self._superseded[v] else self._k_warm[v] * self._mult_warm[v]
 
-    def _warm_file(self, w: int, v: int) -> None:
-        """Put WARM member ``v`` of worker ``w`` in the structure its current figures call for."""
+    def _warm_class(self, v: int) -> int:
+        """Which WARM structure ``v`` belongs in: heap, scan set or protected set."""
         if self._superseded[v]:
-            self._warm_heap[w].push(v, -1.0)
-        elif self._prot[v]:
-            self._warm_prot[w].add(v)
-        elif self._prio_warm[v] == 0.0:
-            self._warm_heap[w].push(v, self._k_warm[v] * self._mult_warm[v])
-        else:
-            self._warm_scan[w].add(v)
+            return _IN_HEAP
+        if self._prot[v]:
+            return _IN_PROTECTED
+        return _IN_HEAP if self._prio_warm[v] == 0.0 else _IN_SCAN
 
-    def _warm_unfile(self, w: int, v: int) -> None:
-        self._warm_heap[w].discard(v)
-        self._warm_scan[w].discard(v)
-        self._warm_prot[w].discard(v)
+    def _warm_file(self, w: int, v: int, where: int) -> None:
+        if where == _IN_HEAP:
+            self._warm_heap[w].push(v, self._heap_key(v))
+        elif where == _IN_SCAN:
+            self._warm_scan[w].add(v)
+        else:
+            self._warm_prot[w].add(v)
+
+    def _warm_unfile(self, w: int, v: int, where: int) -> None:
+        if where == _IN_HEAP:
+            self._warm_heap[w].discard(v)
+        elif where == _IN_SCAN:
+            self._warm_scan[w].discard(v)
+        else:
+            self._warm_prot[w].discard(v)
 
     def _reclassify(self, v: int) -> None:
+        """Refile ``v`` on every worker where it is WARM after its figures changed."""
+        old = self._where[v]
+        new = self._warm_class(v)
+        self._where[v] = new
         for w in self._warm_of[v]:
-            self._warm_unfile(w, v)
-            self._warm_file(w, v)
+            if old != new:
+                self._warm_unfile(w, v, old)
+                self._warm_file(w, v, new)
+            elif new == _IN_HEAP:
+                self._warm_heap[w].push(v, self._heap_key(v))
 
     def superseded(self, v: int) -> bool:
         """True when another version of the same adapter took the stable traffic since v's
@@ -243,13 +263,17 @@ class HeatOnline:
 
     def on_insert_warm(self, w: int, v: int, now: float) -> None:
         """Track ``v`` on the worker."""
+        where = self._warm_class(v)
+        if self._warm_of[v] and where != self._where[v]:
+            self._reclassify(v)
+        self._where[v] = where
         self._warm_of[v].append(w)
-        self._warm_file(w, v)
+        self._warm_file(w, v, where)
 
     def on_remove_warm(self, w: int, v: int) -> None:
         """Forget ``v`` on the worker."""
         self._warm_of[v].remove(w)
-        self._warm_unfile(w, v)
+        self._warm_unfile(w, v, self._where[v])
 
     # -- victims ----------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+from collections.abc import Container
 from functools import cache
 
 import pytest
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 
 from loraplane.policy.cost import Bandwidths
 from loraplane.policy.factory import POLICIES, make_policy
+from loraplane.policy.heat import HeatOnline, HeatPolicy
 from loraplane.policy.model import Priority, RequestClass
+from loraplane.policy.online import OnlineContext
 from loraplane.sim.cost import CostModel
 from loraplane.sim.simulator import Capacities, SimResult, simulate
 from loraplane.sim.trace import Trace, TraceRow, format_rows, parse_rows
@@ -201,7 +204,8 @@ def test_every_policy_follows_the_simulation_rules(trace: Trace, slots: int, wor
         assert r.loads == r.requests - r.gpu_hits
 
 
-def test_online_heat_score_matches_the_plan_score() -> None:
+@pytest.mark.parametrize("gap", [37.0, 150_000.0])  # the second one forces rebasing
+def test_online_heat_score_matches_the_plan_score(gap: float) -> None:
     """The simulator's fast path and plan() rank with the same formula."""
     from loraplane.policy.config import PolicyConfig
     from loraplane.policy.heat import HeatOnline
@@ -213,7 +217,7 @@ def test_online_heat_score_matches_the_plan_score() -> None:
     cls = {"a": RequestClass.INTERACTIVE, "b": RequestClass.BACKGROUND, "c": RequestClass.CANARY}
     sizes = {"a": 300 * MB, "b": 80 * MB, "c": 7 * MB}
     prio = {"a": Priority.GOLD, "b": Priority.BRONZE, "c": Priority.SILVER}
-    trace = trace_of(refs, gap=37.0, classes=cls, sizes=sizes, priority=prio)
+    trace = trace_of(refs, gap=gap, classes=cls, sizes=sizes, priority=prio)
     cfg = PolicyConfig()
     ctx = trace.online_context(workers=1, gpu_slots=2, host_bytes=10**12,
                                bandwidths=Bandwidths())
@@ -236,3 +240,50 @@ def test_online_heat_score_matches_the_plan_score() -> None:
 def test_each_policy_is_registered_once() -> None:
     assert sorted(POLICIES) == sorted({"heat", "lru", "fifo", "lfu", "gdsf", "belady"})
     assert len(set(itertools.chain(POLICIES))) == 6
+
+
+class CheckedHeat(HeatPolicy):
+    """Heat whose WARM victim is checked against a plain scan of every member."""
+
+    def online(self, ctx: OnlineContext) -> HeatOnline:
+        inner = super().online(ctx)
+        members: list[set[int]] = [set() for _ in range(ctx.n_workers)]
+        insert, remove, victim = inner.on_insert_warm, inner.on_remove_warm, inner.warm_victim
+
+        def on_insert_warm(w: int, v: int, now: float) -> None:
+            members[w].add(v)
+            insert(w, v, now)
+
+        def on_remove_warm(w: int, v: int) -> None:
+            members[w].discard(v)
+            remove(w, v)
+
+        def warm_victim(w: int, now: float, hot: Container[int]) -> int | None:
+            got = victim(w, now, hot)
+            idle_before = now - inner._idle_s
+            free = [u for u in members[w] if u not in hot]
+
+            def protected(u: int) -> bool:
+                if inner.superseded(u) or not inner._prot[u]:
+                    return False
+                return not (inner._prot[u] == 1 and inner._last[u] < idle_before)
+
+            pool = [u for u in free if not protected(u)] or free
+            want = min(pool, key=lambda u: (inner.value_warm(u, now), u)) if pool else None
+            if want is not None and got != want:
+                assert inner.value_warm(got, now) == pytest.approx(inner.value_warm(want, now))
+            else:
+                assert got == want
+            return got
+
+        inner.on_insert_warm = on_insert_warm  # type: ignore[method-assign]
+        inner.on_remove_warm = on_remove_warm  # type: ignore[method-assign]
+        inner.warm_victim = warm_victim  # type: ignore[method-assign]
+        return inner
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_traces(), st.integers(min_value=1, max_value=2))
+def test_heat_warm_victim_is_the_lowest_value_member(trace: Trace, slots: int) -> None:
+    """The heap + scan split finds the same victim as scanning every WARM member."""
+    simulate(trace, CheckedHeat(), Capacities(slots, ((slots * 2 + 1) * 40 + 10) * MB), CostModel())
