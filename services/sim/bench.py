@@ -129,7 +129,7 @@ def render(trace_name: str, trace: Trace, caps: Capacities, figures: list[dict[s
     table = Table(title=title, title_justify="left")
     cols = ("policy", "gpu hit", "×belady", "×lru", "host hit", "compuls.", "cold",
             "cold p/g/s/b", "cold can.", "int p50", "int p99", "p99×lru", "bg p99", "loads",
-            "evict.", "req/s")
+            "evict.", "req/s cpu")
     for c in cols:
         table.add_column(c, justify="left" if c == "policy" else "right")
     for f in figures:
