@@ -132,6 +132,7 @@ class CacheCore:
         worker_timeout_s: float,
         id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
         decision_capacity: int = 2000,
+        tenants: frozenset[str] | None = None,
     ) -> None:
         self.rules = rules
         self.worker_timeout_s = worker_timeout_s
@@ -139,6 +140,7 @@ class CacheCore:
             tau_s=policy_config.score.rate_window_s,
             prewarm_ttl_s=rules.prewarm.ttl_s,
             rollback_boost_ttl_s=rules.rollback.boost_ttl_s,
+            tenants=tenants,
         )
         self.tracker = CommandTracker(
             timeout_s=rules.commands.timeout_s,

@@ -50,7 +50,8 @@ def heat(r: Ref, n: int, t: float, *, tier: common_pb2.Tier = common_pb2.TIER_CO
 
 
 def admitted(r: Ref, engine_id: int, t: float, *, size: int = 1_000_000, rank: int = 8,
-             priority: common_pb2.Priority = common_pb2.PRIORITY_SILVER) -> events_pb2.AdmissionEvent:
+             priority: common_pb2.Priority = common_pb2.PRIORITY_SILVER,
+             ) -> events_pb2.AdmissionEvent:
     """An ``AdapterAdmitted`` verdict."""
     return events_pb2.AdmissionEvent(admitted=events_pb2.AdapterAdmitted(
         meta=meta(r, t), engine_id=engine_id, sha256="ab" * 32,

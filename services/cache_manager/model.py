@@ -125,6 +125,8 @@ class Status(str, Enum):
     """Seen on a worker or in heat before the registry told us about it (being resolved)."""
     GONE = "gone"
     """The registry does not know it: nothing may load it, workers drop it."""
+    FOREIGN = "foreign"
+    """Of a tenant this deployment does not manage: neither loaded nor evicted, its room counts."""
 
     @property
     def loadable(self) -> bool:

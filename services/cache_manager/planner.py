@@ -314,7 +314,7 @@ class Planner:
             log.exception("policy %s failed", self.policy.name)
             plan = Plan()
             notes.append(f"policy {self.policy.name} failed; business rules only")
-        specs = self._merge(plan)
+        specs = [self._explain(state, s, now) for s in self._merge(plan)]
         rule_specs, protected_keys = self._rules(state, proj, specs, snapshot, tracker, now, notes)
         rule_specs = [*extra, *rule_specs]
         # A rule wins over the policy on the same key.
@@ -333,6 +333,24 @@ class Planner:
             for s in accepted
         ]
         return Round(accepted, notes, heat, snapshot, plan, dropped)
+
+    def _explain(self, state: State, spec: CommandSpec, now: float) -> CommandSpec:
+        """Name the business reason behind a policy load driven by the warm-up signal."""
+        if spec.kind.frees or spec.reason != "scheduled_warmup":
+            return spec
+        rec = state.versions.get(spec.version_id)
+        if rec is None:
+            return spec
+        boost = state.boosts.get(spec.version_id)
+        if state.is_staged_canary(rec):
+            reason = "canary_warmup"
+        elif boost is not None:
+            reason = boost.reason
+        else:
+            return spec
+        detail = f"{spec.detail} (policy reason: scheduled_warmup)".strip()
+        return CommandSpec(spec.kind, spec.worker_id, spec.version_id, reason, detail, spec.pin,
+                           spec.heat, spec.source)
 
     def _merge(self, plan: Plan) -> list[CommandSpec]:
         """One command per (worker, version) from the plan's actions."""

@@ -82,7 +82,7 @@ class RollbackRules(_Strict):
     """Rollback readiness."""
 
     keep_target_warm: bool = True
-    """Keep the rollback target WARM on workers where the stable version is HOT (free bytes only)."""
+    """Keep the rollback target WARM where the stable version is HOT (free bytes only)."""
     warm_replicas: int = Field(default=1, ge=0)
     """Workers that keep the rollback target WARM."""
     boost_ttl_s: float = Field(default=600.0, gt=0)

@@ -165,19 +165,21 @@ class CacheManagerService:
         core = CacheCore(
             policy=make_policy(self.rules.policy, self.policy_config),
             policy_config=self.policy_config, rules=self.rules,
-            worker_timeout_s=s.cache_manager_worker_timeout_s,
+            worker_timeout_s=s.cache_manager_worker_timeout_s, tenants=s.tenant_set,
         )
+        deployment = s.cache_manager_consumer_group
         pool = await create_pool(s.postgres_dsn, min_size=1, max_size=4)
         source = EventSource(s.kafka_bootstrap, s.cache_manager_consumer_group)
         sink = CommandSink(s.kafka_bootstrap)
         tasks: list[asyncio.Task[None]] = []
         try:
             async with pool.acquire() as conn:
-                records, pointers = await store.read_registry(conn)
+                records, pointers = await store.read_registry(conn, s.tenant_set)
                 core.state.load_registry(records, pointers)
-                core.state.stats.update(await store.load_stats(conn, core.state.tau_s))
+                core.state.stats.update(
+                    await store.load_stats(conn, deployment, core.state.tau_s))
                 known = await store.load_workers(
-                    conn, max_age_s=s.cache_manager_worker_timeout_s)
+                    conn, deployment, max_age_s=s.cache_manager_worker_timeout_s)
             await source.start()
             self._source = source
             await sink.start()
@@ -453,16 +455,17 @@ class CacheManagerService:
 
     async def _refresh(self, core: CacheCore, pool: asyncpg.Pool) -> None:
         async with pool.acquire() as conn:
-            records, pointers = await store.read_registry(conn)
+            records, pointers = await store.read_registry(conn, self.settings.tenant_set)
         core.state.load_registry(records, pointers)
 
     async def _flush(self, core: CacheCore, pool: asyncpg.Pool) -> None:
         stats = dict(core.state.stats)
         workers = {w.worker_id: w.grpc_address for w in list(core.state.workers.values())
                    if w.alive and w.grpc_address}
+        deployment = self.settings.cache_manager_consumer_group
         async with pool.acquire() as conn:
-            await store.save_stats(conn, stats)
-            await store.save_workers(conn, workers)
+            await store.save_stats(conn, deployment, stats)
+            await store.save_workers(conn, deployment, workers)
 
 
 async def _sleep_or(stop: asyncio.Event, seconds: float) -> None:

@@ -34,7 +34,11 @@ class CacheManagerSettings(CommonSettings):
     cache_manager_rules_file: Path | None = None
     """Business rules YAML (default ``config/cache_manager.yaml`` when present)."""
     cache_manager_consumer_group: str = "loraplane-cache-manager"
-    """Kafka group id under which the leader commits its input offsets."""
+    """Kafka group id under which the leader commits its input offsets; also names the
+    deployment whose statistics and worker directory are kept in Postgres."""
+    cache_manager_tenants: str = ""
+    """Comma-separated tenants this deployment manages (empty: all). Versions of other
+    tenants found on its workers are left alone (their room counts as taken)."""
     cache_manager_tick_s: float = Field(default=2.0, gt=0)
     """Planning period when nothing triggers an earlier round."""
     cache_manager_min_round_interval_s: float = Field(default=0.05, ge=0)
@@ -68,6 +72,12 @@ class CacheManagerSettings(CommonSettings):
         if self.cache_manager_worker_timeout_s <= self.cache_manager_tick_s:
             raise ValueError("cache_manager_worker_timeout_s must exceed cache_manager_tick_s")
         return self
+
+    @property
+    def tenant_set(self) -> frozenset[str] | None:
+        """:attr:`cache_manager_tenants` as a set (None: every tenant)."""
+        names = frozenset(t.strip() for t in self.cache_manager_tenants.split(",") if t.strip())
+        return names or None
 
     @property
     def instance(self) -> str:

@@ -177,8 +177,11 @@ class State:
         dedupe_capacity: int = DEFAULT_DEDUPE_CAPACITY,
         prewarm_ttl_s: float = 300.0,
         rollback_boost_ttl_s: float = 600.0,
+        tenants: frozenset[str] | None = None,
     ) -> None:
         self.tau_s = tau_s
+        self.tenants = tenants
+        """Tenants this deployment manages (None: all); others' events are ignored."""
         self.prewarm_ttl_s = prewarm_ttl_s
         self.rollback_boost_ttl_s = rollback_boost_ttl_s
         self.versions: dict[str, VersionRecord] = {}
@@ -214,9 +217,30 @@ class State:
 
     # ------------------------------------------------------------------ dispatch
 
+    def manages(self, tenant_id: str) -> bool:
+        """Whether this deployment manages ``tenant_id``."""
+        return self.tenants is None or tenant_id in self.tenants
+
+    def _foreign(self, msg: Message) -> bool:
+        """An adapter event about a tenant this deployment does not manage."""
+        if self.tenants is None:
+            return False
+        if isinstance(msg, events_pb2.HeatBatch | events_pb2.PrewarmRequested):
+            return not self.manages(msg.meta.adapter.tenant_id)
+        if isinstance(msg, events_pb2.AdmissionEvent):
+            arm = msg.WhichOneof("verdict")
+            return arm is not None and not self.manages(
+                getattr(msg, arm).meta.adapter.tenant_id)
+        if isinstance(msg, events_pb2.LifecycleEvent):
+            arm = msg.WhichOneof("event")
+            return arm is not None and not self.manages(getattr(msg, arm).meta.adapter.tenant_id)
+        return False
+
     def apply(self, msg: Message, now: float) -> Applied:
         """Apply one consumed event (idempotent on its ``meta.event_id``)."""
         out = Applied()
+        if self._foreign(msg):
+            return out
         if isinstance(msg, events_pb2.HeatBatch):
             if not self._first_time(msg.meta.event_id):
                 out.duplicate = True
@@ -259,6 +283,10 @@ class State:
         vid = ref.version_id
         rec = self.versions.get(vid)
         if rec is None:
+            if not self.manages(ref.tenant_id):
+                rec = VersionRecord(ref=ref, status=Status.FOREIGN, engine_id=engine_id)
+                self.versions[vid] = rec
+                return rec
             rec = VersionRecord(ref=ref, status=Status.UNKNOWN, engine_id=engine_id)
             self.versions[vid] = rec
             out.unresolved.append(vid)

@@ -8,9 +8,9 @@ would be many paged RPCs through the registry API. The registry stays the only
 writer of those tables.
 
 The cache manager's own tables (migration ``20261129200000_cache_manager.sql``)
-are written by the leader only: ``cache_version_stats`` (heat statistics, so a
-new leader does not see every version as idle) and ``cache_workers`` (where to
-ask for each worker's state at takeover).
+are scoped by *deployment* (the consumer group name) and written by the leader only:
+``cache_version_stats`` (heat statistics, so a new leader does not see every version
+as idle) and ``cache_workers`` (where to ask for each worker's state at takeover).
 """
 
 from __future__ import annotations
@@ -77,11 +77,17 @@ def _pointers(row: Mapping[str, Any]) -> Pointers:
 
 
 async def read_registry(
-    conn: asyncpg.Connection,
+    conn: asyncpg.Connection, tenants: frozenset[str] | None = None
 ) -> tuple[list[VersionRecord], dict[str, Pointers]]:
-    """Every non-pending version and every adapter's release pointers."""
-    rows = await conn.fetch(_VERSIONS_SQL)
-    prow = await conn.fetch(_POINTERS_SQL)
+    """Every non-pending version and every adapter's release pointers (of ``tenants``)."""
+    if tenants is None:
+        rows = await conn.fetch(_VERSIONS_SQL)
+        prow = await conn.fetch(_POINTERS_SQL)
+    else:
+        wanted = sorted(tenants)
+        rows = await conn.fetch(_VERSIONS_SQL + " AND a.tenant_id = ANY($1::text[])", wanted)
+        prow = await conn.fetch(
+            _POINTERS_SQL + " WHERE split_part(adapter_id, '/', 1) = ANY($1::text[])", wanted)
     return [_record(r) for r in rows], {r["adapter_id"]: _pointers(r) for r in prow}
 
 
@@ -128,29 +134,33 @@ def _restore(row: Mapping[str, Any], tau_s: float) -> VersionStats:
     return st
 
 
-async def load_stats(conn: asyncpg.Connection, tau_s: float) -> dict[str, VersionStats]:
-    """Every saved statistics row."""
-    rows = await conn.fetch("SELECT * FROM cache_version_stats")
+async def load_stats(
+    conn: asyncpg.Connection, deployment: str, tau_s: float
+) -> dict[str, VersionStats]:
+    """Every saved statistics row of the deployment."""
+    rows = await conn.fetch("SELECT * FROM cache_version_stats WHERE deployment = $1", deployment)
     return {r["version_id"]: _restore(r, tau_s) for r in rows}
 
 
-async def save_stats(conn: asyncpg.Connection, stats: Mapping[str, VersionStats]) -> int:
+async def save_stats(
+    conn: asyncpg.Connection, deployment: str, stats: Mapping[str, VersionStats]
+) -> int:
     """Upsert the given statistics; returns the number of rows written."""
     if not stats:
         return 0
     rows = []
     for vid, st in stats.items():
         v = st.view()
-        rows.append((vid, v.decayed_count, v.as_of, v.last_access, v.requests, v.interactive,
-                     v.background, v.canary, v.loads, v.requests_after_load,
+        rows.append((deployment, vid, v.decayed_count, v.as_of, v.last_access, v.requests,
+                     v.interactive, v.background, v.canary, v.loads, v.requests_after_load,
                      v.errors_after_load))
     await conn.executemany(
         """
-        INSERT INTO cache_version_stats (version_id, decayed_count, as_of, last_access, requests,
-            interactive, background, canary, loads, requests_after_load, errors_after_load,
-            updated_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now())
-        ON CONFLICT (version_id) DO UPDATE SET decayed_count = EXCLUDED.decayed_count,
+        INSERT INTO cache_version_stats (deployment, version_id, decayed_count, as_of,
+            last_access, requests, interactive, background, canary, loads, requests_after_load,
+            errors_after_load, updated_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now())
+        ON CONFLICT (deployment, version_id) DO UPDATE SET decayed_count = EXCLUDED.decayed_count,
             as_of = EXCLUDED.as_of, last_access = EXCLUDED.last_access,
             requests = EXCLUDED.requests, interactive = EXCLUDED.interactive,
             background = EXCLUDED.background, canary = EXCLUDED.canary, loads = EXCLUDED.loads,
@@ -165,25 +175,30 @@ async def save_stats(conn: asyncpg.Connection, stats: Mapping[str, VersionStats]
 # --------------------------------------------------------------------------- workers
 
 
-async def load_workers(conn: asyncpg.Connection, *, max_age_s: float) -> dict[str, str]:
-    """Workers seen within ``max_age_s`` → their WorkerInternal address."""
+async def load_workers(
+    conn: asyncpg.Connection, deployment: str, *, max_age_s: float
+) -> dict[str, str]:
+    """Workers of the deployment seen within ``max_age_s`` → their WorkerInternal address."""
     rows = await conn.fetch(
         "SELECT worker_id, grpc_address FROM cache_workers "
-        "WHERE last_seen > now() - make_interval(secs => $1)",
-        max_age_s,
+        "WHERE deployment = $1 AND last_seen > now() - make_interval(secs => $2)",
+        deployment, max_age_s,
     )
     return {r["worker_id"]: r["grpc_address"] for r in rows}
 
 
-async def save_workers(conn: asyncpg.Connection, workers: Mapping[str, str]) -> None:
+async def save_workers(
+    conn: asyncpg.Connection, deployment: str, workers: Mapping[str, str]
+) -> None:
     """Upsert alive workers (id → address) with ``last_seen = now()``."""
     if not workers:
         return
     await conn.executemany(
         """
-        INSERT INTO cache_workers (worker_id, grpc_address, last_seen) VALUES ($1, $2, now())
-        ON CONFLICT (worker_id) DO UPDATE SET grpc_address = EXCLUDED.grpc_address,
+        INSERT INTO cache_workers (deployment, worker_id, grpc_address, last_seen)
+        VALUES ($1, $2, $3, now())
+        ON CONFLICT (deployment, worker_id) DO UPDATE SET grpc_address = EXCLUDED.grpc_address,
             last_seen = now()
         """,
-        list(workers.items()),
+        [(deployment, w, a) for w, a in workers.items()],
     )

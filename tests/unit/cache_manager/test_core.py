@@ -312,3 +312,14 @@ def test_decisions_are_logged_with_tiers_and_filters() -> None:
         (CommandKind.LOAD_HOT, Tier.COLD, Tier.HOT), (CommandKind.DEMOTE, Tier.HOT, Tier.WARM)]
     assert [e.reason for e in core.decisions.recent(10, worker_id="w2")] == ["idle"]
     assert core.decisions.recent(10, adapter_name="b")[0].policy == "scripted"
+
+
+def test_policy_warmup_load_of_a_canary_is_explained_as_canary_warmup() -> None:
+    core = make_core(ScriptedPolicy(lambda s, n: [act(ActionKind.PROMOTE, "w1", A,
+                                                      Reason.SCHEDULED_WARMUP)]))
+    setup(core, ev.WorkerSpec("w1"))
+    core.apply(ev.canary(A, 0, T0), T0)
+    res = core.round(T0 + 1)
+    assert kinds(res) == [("load_hot", "w1", A.version_id)]
+    d = res.issued[0].decision
+    assert d.reason == "canary_warmup" and "scheduled_warmup" in d.detail and d.policy == "scripted"
