@@ -13,6 +13,7 @@ import asyncio
 import re
 from pathlib import Path
 
+import asyncpg
 from minio import Minio
 
 from loraplane.admission.app import AdmissionApp
@@ -145,6 +146,21 @@ async def test_hostile_corpus_through_the_stack(
         want = common_pb2.VERSION_STATUS_ADMITTED if not case.expected else \
             common_pb2.VERSION_STATUS_REJECTED
         assert (status, reasons) == (want, case.expected), case.name
+
+    # ... and wrote one audit row per verdict (actor: the admission service).
+    conn = await asyncpg.connect(stack.settings.postgres_dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT subject, action FROM audit_log WHERE action IN ('version.admit', "
+            "'version.reject') AND (subject LIKE $1 OR subject LIKE $2)",
+            f"{tenants['acme']}/%", f"{tenants['globex']}/%")
+    finally:
+        await conn.close()
+    audited = sorted((r["subject"], r["action"]) for r in rows)
+    assert audited == sorted(
+        (f"{tenants[built[c.name].tenant]}/{c.name}@{VERSION}",
+         "version.reject" if c.expected else "version.admit")
+        for c in ALL_CASES if c.driver == "registry")
 
     m = admission.metrics
     assert m.verdicts.labels("rejected")._value.get() >= len(HOSTILE)
