@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps proto proto-check migrate run status stop test test-unit bench bench-policy stack-up stack-down lint typecheck demo clean
+.PHONY: help install system-deps proto proto-check migrate run status stop test test-unit bench bench-policy bench-admission bench-cold bench-gateway bench-registry bench-cache stack-up stack-down lint typecheck demo clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  make %-13s %s\n", $$1, $$2}'
@@ -55,16 +55,34 @@ test: install ## install what is missing, start the test stack once, run the who
 test-unit: install ## unit tests only (no stack, no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-bench: install bench-policy ## every benchmark (ratios measured side by side in one run)
+bench: install bench-policy bench-admission bench-cold bench-gateway bench-registry bench-cache ## every benchmark (each prints ratios measured side by side in one run; JSON in .loraplane/bench/)
 
 bench-policy: install ## cache policies on the reference traces: table + .loraplane/bench/policy.json
 	$(PY) -m loraplane.sim.bench
 
+bench-admission: install ## admission verification MB/s beside raw sha256 MB/s -> .loraplane/bench/admission.json
+	$(PY) -m loraplane.admission.bench
+
+bench-cold: install ## worker cold path (S3 -> verified -> engine) beside raw GET+sha256, 1-100 MB -> .loraplane/bench/cold.json
+	$(PY) -m loraplane.worker.bench_cold
+
+bench-gateway: install ## direct vs pass-through proxy vs gateway on the null engine -> .loraplane/bench/gateway.json
+	$(PY) -m loraplane.gateway.bench
+
+bench-registry: install ## register -> event published latency on a private stack -> .loraplane/bench/registry.json
+	scripts/with_stack.sh $(PY) -m loraplane.registry.bench
+
+bench-cache: install ## cache-manager decision latency and heat-event throughput -> .loraplane/bench/cache.json
+	scripts/with_stack.sh $(PY) -m loraplane.cache_manager.bench
+
 lint: install ## ruff
 	$(PY) -m ruff check services tests scripts
 
-typecheck: install ## mypy --strict on the pure core (policy, shared)
+typecheck: install ## mypy --strict on the pure core (policy) and the shared library
 	$(PY) -m mypy --strict services/policy
+	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
+	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent \
+	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec
 
 clean: ## remove local state (.loraplane/) — stops the stacks first
 	-$(LP) stack down --profile run
