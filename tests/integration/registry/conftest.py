@@ -7,28 +7,29 @@ a unique admission consumer group and topic namespace. Tests isolate themselves 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import asyncpg
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
 from loraplane.registry.app import RegistryApp
+from loraplane.registry.settings import RegistrySettings
 from loraplane.registry.testing import Registry, registry_settings
+from loraplane.shared.migrations import migrate_up
 from loraplane.shared.outbox import PublishedRow
 from loraplane.stack.stack import Stack
 from loraplane.v1 import registry_pb2_grpc
 
 
-@pytest.fixture(scope="session")
-async def registry(stack: Stack) -> AsyncIterator[Registry]:
-    """The in-process registry (gRPC server + outbox relay + admission consumer)."""
+@asynccontextmanager
+async def _running(settings: RegistrySettings) -> AsyncIterator[Registry]:
     metrics = CollectorRegistry()
     published: list[PublishedRow] = []
-    # Own topic namespace: admission services of other test packages (consuming the real
-    # adapter.releases) never decide this registry's made-up versions.
-    settings = registry_settings(stack, registry_topic_prefix=f"rt{uuid.uuid4().hex[:8]}.")
     app = RegistryApp(settings, registry=metrics, serve_metrics=False, on_published=published)
     await app.start()
     channel = grpc.aio.insecure_channel(app.address)
@@ -40,3 +41,35 @@ async def registry(stack: Stack) -> AsyncIterator[Registry]:
     finally:
         await channel.close()
         await app.stop()
+
+
+@pytest.fixture(scope="session")
+async def registry(stack: Stack) -> AsyncIterator[Registry]:
+    """The in-process registry (gRPC server + outbox relay + admission consumer).
+
+    Its own topic namespace keeps admission services of other test packages (consuming
+    the real adapter.releases) from deciding this registry's made-up versions. It shares
+    the session database, so its relay may be on standby behind another registry's.
+    """
+    settings = registry_settings(stack, registry_topic_prefix=f"rt{uuid.uuid4().hex[:8]}.")
+    async with _running(settings) as reg:
+        yield reg
+
+
+@pytest.fixture
+async def isolated_registry(stack: Stack, unique: str) -> AsyncIterator[Registry]:
+    """A registry with its own database (fresh schema): its relay is surely the active one,
+    so relay internals and lag metrics can be asserted."""
+    admin = await asyncpg.connect(stack.settings.postgres_dsn)
+    db = f"registry_{unique}"
+    await admin.execute(f'CREATE DATABASE "{db}"')
+    try:
+        dsn = stack.settings.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
+        await asyncio.to_thread(migrate_up, dsn)
+        settings = registry_settings(stack, postgres_dsn=dsn,
+                                     registry_topic_prefix=f"ri{unique}.")
+        async with _running(settings) as reg:
+            yield reg
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        await admin.close()

@@ -32,8 +32,8 @@ from loraplane.v1 import common_pb2, events_pb2, registry_pb2
 R = registry_pb2
 
 
-async def _outbox_rows(stack: Stack, tenant_id: str) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(stack.settings.postgres_dsn)
+async def _outbox_rows(registry: Registry, tenant_id: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(registry.app.settings.postgres_dsn)
     try:
         return await conn.fetch(
             "SELECT id, topic, key, event_id, published_at, attempts, last_error FROM outbox "
@@ -43,11 +43,13 @@ async def _outbox_rows(stack: Stack, tenant_id: str) -> list[asyncpg.Record]:
 
 
 async def test_broker_outage_changes_succeed_events_follow(
-    registry: Registry, stack: Stack, unique: str
+    isolated_registry: Registry, stack: Stack, unique: str
 ) -> None:
+    registry = isolated_registry
     relay, consumer = registry.app.relay, registry.app.consumer
     assert relay is not None and consumer is not None
     await asyncio.wait_for(consumer.ready.wait(), 30)
+    await eventually(lambda: relay.is_leader, timeout=10)
     producers_before = relay.producers_created
     consumers_before = consumer.consumers_started
     stack.tansu.stop()
@@ -57,7 +59,7 @@ async def test_broker_outage_changes_succeed_events_follow(
         v1 = await registry.register(tid, "bot", "v1")
         key = await registry.call("CreateApiKey", R.CreateApiKeyRequest(tenant_id=tid))
         assert v1.status == common_pb2.VERSION_STATUS_PENDING
-        rows = await _outbox_rows(stack, tid)
+        rows = await _outbox_rows(registry, tid)
         assert [r["topic"] for r in rows] == [
             registry.prefix + t for t in (TENANT_EVENTS, ADAPTER_RELEASES, TENANT_EVENTS)]
         assert all(r["published_at"] is None for r in rows)
@@ -74,11 +76,11 @@ async def test_broker_outage_changes_succeed_events_follow(
         stack.tansu.start()
 
     async def delivered() -> bool:
-        return all(r["published_at"] is not None for r in await _outbox_rows(stack, tid))
+        return all(r["published_at"] is not None for r in await _outbox_rows(registry, tid))
 
     await eventually(delivered, timeout=60)
     assert relay.producers_created > producers_before  # dropped and recreated
-    rows = await _outbox_rows(stack, tid)
+    rows = await _outbox_rows(registry, tid)
     events = await registry.read(ADAPTER_RELEASES, lambda evs: any(
         e.meta.adapter.tenant_id == tid for e in evs))
     released = [(k, e, eid) for k, e, eid in events if e.meta.adapter.tenant_id == tid]
@@ -148,9 +150,9 @@ async def test_duplicated_delivery_changes_nothing(
 
     # A relay resend (crash between the broker ack and the mark) repeats the same record:
     # same event id, same bytes, so idempotent consumers drop it.
-    rows = await _outbox_rows(stack, tid)
+    rows = await _outbox_rows(registry, tid)
     release_row = next(r for r in rows if r["topic"] == registry.prefix + ADAPTER_RELEASES)
-    conn = await asyncpg.connect(stack.settings.postgres_dsn)
+    conn = await asyncpg.connect(registry.app.settings.postgres_dsn)
     try:
         await conn.execute("UPDATE outbox SET published_at = NULL WHERE id = $1",
                            release_row["id"])
