@@ -276,6 +276,8 @@ class OutboxRelay:
         on_published: Callable[[PublishedRow], None] | None = None,
         ensure: Iterable[str] | None = (),
         ensure_prefix: str = "",
+        retention_s: float = 7 * 24 * 3600,
+        prune_interval_s: float = 600,
     ) -> None:
         """``dsn``: database holding ``outbox``; ``bootstrap``: Kafka servers.
 
@@ -284,7 +286,9 @@ class OutboxRelay:
         ``on_published`` is called for every acknowledged row (benchmarks, tests).
         ``ensure``: topics created (if missing, see :func:`ensure_topics`) before each
         new producer starts; ``None`` = every topic of the table, ``()`` = none;
-        ``ensure_prefix`` is prepended to their names.
+        ``ensure_prefix`` is prepended to their names. Published rows older than
+        ``retention_s`` are deleted every ``prune_interval_s`` (the table stays small; the
+        audit log, not the outbox, is the history).
         """
         self.dsn = dsn
         self.bootstrap = bootstrap
@@ -300,6 +304,9 @@ class OutboxRelay:
         self._factory: ProducerFactory = producer_factory or self._default_producer
         self._ensure: list[str] | None = None if ensure is None else list(ensure)
         self._ensure_prefix = ensure_prefix
+        self.retention_s = retention_s
+        self.prune_interval_s = prune_interval_s
+        self._last_prune = time.monotonic()
         self._producer: Producer | None = None
         self._wake = asyncio.Event()
         self._failures = 0
@@ -396,6 +403,9 @@ class OutboxRelay:
                 self._wake.clear()
                 published = await self._publish_with_retry(conn, stop)
                 await self._maybe_update_lag(conn)
+                if time.monotonic() - self._last_prune >= self.prune_interval_s:
+                    self._last_prune = time.monotonic()
+                    await prune_published(conn, older_than_s=self.retention_s)
                 if published >= self.batch_size:
                     continue
                 await interruptible_sleep(stop, self._wake, self.poll_interval_s)
@@ -518,6 +528,16 @@ class OutboxRelay:
             self.metrics.waiting.labels(*labels).set(0)
             self.metrics.oldest_age.labels(*labels).set(0)
         self._lag_keys |= seen
+
+
+async def prune_published(conn: asyncpg.Connection, *, older_than_s: float) -> int:
+    """Delete rows published more than ``older_than_s`` seconds ago; returns how many."""
+    result = await conn.execute(
+        "DELETE FROM outbox WHERE published_at IS NOT NULL "
+        "AND published_at < clock_timestamp() - make_interval(secs => $1)",
+        float(older_than_s),
+    )
+    return int(result.split()[-1])
 
 
 async def outbox_lag(conn: asyncpg.Connection) -> tuple[int, float]:

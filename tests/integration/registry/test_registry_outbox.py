@@ -24,7 +24,7 @@ from loraplane.registry.testing import (
     verdict_event,
 )
 from loraplane.shared.migrations import dbmate
-from loraplane.shared.outbox import OutboxRelay, enqueue
+from loraplane.shared.outbox import OutboxRelay, enqueue, prune_published
 from loraplane.shared.topics import ADAPTER_RELEASES, TENANT_EVENTS, new_meta
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2
@@ -215,9 +215,7 @@ async def test_failed_send_marks_only_the_prefix_and_recreates_the_producer(
         try:
             async with conn.transaction():
                 for i in range(5):
-                    ev = events_pb2.TenantEvent(meta=new_meta("test/outbox"))
-                    ev.tenant_upserted.tenant_id = f"tenant-{i}"
-                    await enqueue(conn, ev, tenant_id=f"tenant-{i}")
+                    await enqueue(conn, _tenant_event(f"tenant-{i}"), tenant_id=f"tenant-{i}")
             sent: list[tuple[str, bytes]] = []
             producers: list[_FlakyProducer] = []
 
@@ -249,11 +247,22 @@ async def test_failed_send_marks_only_the_prefix_and_recreates_the_producer(
             assert [(r["key"], r["attempts"]) for r in rows] == [
                 ("tenant-0", 1), ("tenant-1", 1), ("tenant-2", 2), ("tenant-3", 1),
                 ("tenant-4", 1)]
+            # Retention: published rows go, waiting rows stay.
+            await enqueue(conn, _tenant_event("tenant-5"))
+            assert await prune_published(conn, older_than_s=3600) == 0
+            assert await prune_published(conn, older_than_s=0) == 5
+            assert await conn.fetchval("SELECT count(*) FROM outbox") == 1
         finally:
             await conn.close()
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         await admin.close()
+
+
+def _tenant_event(tenant_id: str) -> events_pb2.TenantEvent:
+    ev = events_pb2.TenantEvent(meta=new_meta("test/outbox"))
+    ev.tenant_upserted.tenant_id = tenant_id
+    return ev
 
 
 def _fresh_registry() -> CollectorRegistry:

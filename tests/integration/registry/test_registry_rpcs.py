@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from loraplane.registry.testing import BASE, Registry, record
@@ -101,6 +103,13 @@ async def test_tenants(registry: Registry, unique: str) -> None:
     assert change.actor == "tests/registry"
     assert json.loads(change.before_json)["default_priority"] == "bronze"
     assert json.loads(change.after_json)["default_priority"] == "platinum"
+    later = Timestamp()
+    later.FromDatetime(datetime.now(UTC) + timedelta(hours=1))
+    assert list((await registry.call("ListAudit", R.ListAuditRequest(
+        subject_prefix=tid, since=later))).entries) == []
+    until = await registry.call("ListAudit", R.ListAuditRequest(
+        subject_prefix=tid, until=later, actor="tests/registry", action="tenant.create"))
+    assert tid in [e.subject for e in until.entries]
     events = await registry.read(TENANT_EVENTS, lambda evs: sum(
         1 for e in evs if e.tenant_upserted.tenant_id == tid) >= 2)
     mine = [(k, e) for k, e, _ in events if e.tenant_upserted.tenant_id == tid]
