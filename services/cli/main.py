@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 
+from loraplane.cache_manager.cli import app as cache_app
 from loraplane.cli.db import app as db_app
 from loraplane.cli.run import run as run_cmd
 from loraplane.cli.run import status as status_cmd
@@ -31,6 +32,7 @@ app.command("status")(status_cmd)
 app.add_typer(registry_app)  # release, tenants, keys, adapters, promote, canary, ...
 app.command("sim")(sim_cmd)
 app.add_typer(trace_app, name="trace")
+app.add_typer(cache_app, name="cache")
 
 
 def main() -> None:
