@@ -118,7 +118,7 @@ class GatewayApp:
         self.publisher: EventPublisher = publisher or KafkaPublisher(
             settings.kafka_bootstrap, client_id=settings.producer_id.replace("/", "-")
         )
-        self.metrics = GatewayMetrics(registry)
+        self.metrics = GatewayMetrics.for_registry(registry)
         self.gateway = build_gateway(settings, self.publisher, metrics=self.metrics)
         self._serve_metrics = serve_metrics
         self._tasks = _Tasks()
@@ -168,7 +168,7 @@ class GatewayApp:
         )
         self.grpc = build_grpc_server(g, port=s.grpc_port, host=s.bind_host)
         await self.grpc.start()
-        if s.http_port >= 0:
+        if s.http_port:
             config = uvicorn.Config(
                 create_app(g), host=s.bind_host, port=s.http_port, log_level="warning",
                 lifespan="off", access_log=False,

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
+from loraplane.shared.metrics import PerRegistry
+
 TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
@@ -40,11 +42,15 @@ class _Series:
     budget_exceeded: Counter
 
 
-class GatewayMetrics:
-    """The gateway's metric families in one registry, with cached label children."""
+class GatewayMetrics(PerRegistry):
+    """The gateway's metric families in one registry, with cached label children.
+
+    Use :meth:`for_registry` so several gateways in one process share the families.
+    """
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         """Register the families in ``registry`` (use a fresh registry per test)."""
+        super().__init__(registry)
         self.requests = Counter(
             "loraplane_gateway_requests", "Tenant requests by outcome.",
             [*_LABELS, "outcome"], registry=registry,

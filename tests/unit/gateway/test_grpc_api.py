@@ -39,7 +39,7 @@ async def test_generate_returns_resolution_in_metadata_and_first_message() -> No
         h.report("w0")
         stub = h.stub()
         c, msgs = await call(stub, "support", bearer(ACME_KEY) + (("x-request-id", "abc"),))
-        md = dict(await c.initial_metadata())
+        md = dict(await c.trailing_metadata())
         assert md["x-loraplane-adapter-version"] == "v1"
         assert md["x-loraplane-request-id"] == "abc"
         assert md["x-loraplane-tier"] == "hot" and md["x-loraplane-degraded"] == "false"

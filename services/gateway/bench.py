@@ -1,0 +1,412 @@
+"""``python -m loraplane.gateway.bench`` (``make bench-gateway``): the gateway's overhead.
+
+Three ways to reach the same worker, measured side by side in one run, in
+interleaved rounds (direct, proxy, gateway, direct, …) so machine noise hits all
+three alike:
+
+* **direct**: the client calls ``WorkerInternal.Generate`` on the worker;
+* **proxy**: a bare pass-through gRPC proxy (``Inference.Generate`` → one fixed
+  ``WorkerInternal.Generate``, no auth, no resolution, no metrics);
+* **gateway**: the real gateway process (auth, name check, resolution, budget
+  decision, routing, metrics, heat), its views seeded with one tenant, one adapter
+  HOT on the worker.
+
+Every component is its own process; the load comes from ``--clients`` client
+processes with bounded concurrency. Two phases per round:
+
+* *latency*: ``--latency-concurrency`` streams in flight (the p50 / p99 reported as
+  ``<target>_p50_ms`` / ``_p99_ms``, and ``ratio_p50`` = gateway / proxy);
+* *throughput*: ``--throughput-concurrency`` streams in flight (``<target>_rps``:
+  completed streamed requests per second).
+
+The worker is the worker service on its null engine when available
+(``loraplane.worker.null_engine``), else the echo worker of
+:mod:`loraplane.gateway.echo_worker` (fixed tokens); the JSON says which.
+Writes ``.loraplane/bench/gateway.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from loraplane.v1 import (
+    common_pb2,
+    events_pb2,
+    inference_pb2,
+    inference_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
+TENANT = "bench"
+ADAPTER = "bench-adapter"
+VERSION = "v1"
+ENGINE_ID = 7
+BASE_MODEL = "tiny"
+API_KEY = "lp_bench_secret"
+TARGETS = ("direct", "proxy", "gateway")
+LATENCY_RATIO_TARGET = 1.2
+RPS_TARGET = 2000.0
+
+
+def _ref() -> common_pb2.AdapterRef:
+    return common_pb2.AdapterRef(tenant_id=TENANT, adapter_name=ADAPTER, version=VERSION,
+                                 base_model=BASE_MODEL)
+
+
+def _worker_request(params: inference_pb2.GenerateRequest) -> worker_pb2.WorkerGenerateRequest:
+    return worker_pb2.WorkerGenerateRequest(
+        request_id=uuid.uuid4().hex, adapter=_ref(), engine_id=ENGINE_ID, sha256="0" * 64,
+        params=params, request_class=common_pb2.REQUEST_CLASS_INTERACTIVE,
+        base_model=BASE_MODEL, rank=8, artifact_uri="s3://bench/x/",
+    )
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def _serve(role: str, out: Any, worker_addr: str, worker_kind: str) -> None:
+    """Process entry: run one server role, report ``(kind, port)`` on ``out``."""
+    asyncio.run(_serve_async(role, out, worker_addr, worker_kind))
+
+
+async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str) -> None:
+    if role == "worker":
+        kind, port, stop = await _start_worker(worker_kind)
+        out.put((kind, port))
+        await asyncio.Event().wait()
+        await stop()
+    elif role == "proxy":
+        server = grpc.aio.server(options=[("grpc.max_concurrent_streams", 1000)])
+        inference_pb2_grpc.add_InferenceServicer_to_server(BareProxy(worker_addr), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        out.put(("proxy", port))
+        await server.wait_for_termination()
+    elif role == "gateway":
+        app = await _start_gateway(worker_addr)
+        out.put(("gateway", app.grpc_port))
+        await asyncio.Event().wait()
+
+
+async def _start_worker(kind: str) -> tuple[str, int, Callable[[], Any]]:
+    if kind in ("auto", "null"):
+        try:
+            from loraplane.worker.bench_support import serve_null_worker  # type: ignore
+        except ImportError:
+            if kind == "null":
+                raise
+        else:
+            port, stop = await serve_null_worker(
+                engine_id=ENGINE_ID, tenant=TENANT, adapter=ADAPTER, version=VERSION,
+                base_model=BASE_MODEL,
+            )
+            return "null-engine worker", port, stop
+    from loraplane.gateway.echo_worker import EchoWorker, serve_echo_worker
+
+    worker = EchoWorker(worker_id="bench-worker", base_models=(BASE_MODEL,), hot={ENGINE_ID},
+                        record=False)
+    server = await serve_echo_worker(worker)
+    port = int(worker.address.rsplit(":", 1)[1])
+    return "echo worker (fixed tokens)", port, lambda: server.stop(0)
+
+
+class BareProxy(inference_pb2_grpc.InferenceServicer):
+    """Pass-through: every ``Inference.Generate`` becomes one ``WorkerInternal.Generate``."""
+
+    def __init__(self, worker_addr: str) -> None:
+        self.channel = grpc.aio.insecure_channel(worker_addr)
+        self.stub = worker_pb2_grpc.WorkerInternalStub(self.channel)
+
+    async def Generate(
+        self, request: inference_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
+        call = self.stub.Generate(_worker_request(request), timeout=context.time_remaining())
+        async for msg in call:
+            yield msg
+
+
+async def _start_gateway(worker_addr: str) -> Any:
+    from loraplane.gateway.app import GatewayApp
+    from loraplane.gateway.auth import key_hash
+    from loraplane.gateway.catalog import VersionInfo
+    from loraplane.gateway.settings import GatewaySettings
+
+    class NullPublisher:
+        async def publish(self, topic: str, msg: Any) -> None:
+            return None
+
+    settings = GatewaySettings(
+        grpc_port=0, http_port=0, metrics_port=0, bootstrap=False, consume_events=False,
+        instance_id="bench",
+    )
+    app = GatewayApp(settings, publisher=NullPublisher(), serve_metrics=False)
+    g = app.gateway
+    g.auth.add_key(TENANT, "bench-key", key_hash(API_KEY))
+    g.catalog.upsert_version(VersionInfo(TENANT, ADAPTER, VERSION, BASE_MODEL, ENGINE_ID,
+                                         "0" * 64, 8, "s3://bench/x/", 1000))
+    g.catalog.set_release(TENANT, ADAPTER, stable=VERSION, base_model=BASE_MODEL, at=1.0)
+    state = events_pb2.WorkerState(worker_id="bench-worker", base_models=[BASE_MODEL],
+                                   grpc_address=worker_addr, seq=1, ready=True)
+    state.placements.add(engine_id=ENGINE_ID, tier=common_pb2.TIER_HOT)
+    g.placement.apply_state(state, time.time() + 1e6)  # never stale during the bench
+    await app.start()
+    return app
+
+
+# --------------------------------------------------------------------------- clients
+
+
+@dataclass
+class PhaseResult:
+    """What one client process measured."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    ttft_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+    elapsed_s: float = 0.0
+
+
+def _client(conn: Connection, addrs: dict[str, str]) -> None:
+    """Process entry: run phases on command until told to stop."""
+    asyncio.run(_client_async(conn, addrs))
+
+
+async def _load(
+    target: str,
+    n: int,
+    concurrency: int,
+    tokens: int,
+    worker: worker_pb2_grpc.WorkerInternalStub,
+    stubs: dict[str, inference_pb2_grpc.InferenceStub],
+) -> PhaseResult:
+    """``n`` streamed requests to ``target`` with ``concurrency`` in flight."""
+    auth = (("authorization", f"Bearer {API_KEY}"),)
+    params = inference_pb2.GenerateRequest(adapter=ADAPTER, prompt="bench prompt",
+                                           max_tokens=tokens)
+    result = PhaseResult()
+    remaining = [n]
+
+    async def one() -> None:
+        while remaining[0] > 0:
+            remaining[0] -= 1
+            t0 = time.perf_counter()
+            first = 0.0
+            try:
+                if target == "direct":
+                    call = worker.Generate(_worker_request(params), timeout=30)
+                else:
+                    call = stubs[target].Generate(params, metadata=auth, timeout=30)
+                async for _ in call:
+                    if not first:
+                        first = time.perf_counter()
+            except grpc.aio.AioRpcError:
+                result.errors += 1
+                continue
+            end = time.perf_counter()
+            result.latencies_ms.append((end - t0) * 1000)
+            result.ttft_ms.append((first - t0) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(concurrency)))
+    result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+async def _client_async(conn: Connection, addrs: dict[str, str]) -> None:
+    channels = {t: grpc.aio.insecure_channel(a) for t, a in addrs.items()}
+    worker = worker_pb2_grpc.WorkerInternalStub(channels["direct"])
+    stubs = {t: inference_pb2_grpc.InferenceStub(channels[t]) for t in ("proxy", "gateway")}
+    loop = asyncio.get_running_loop()
+    while True:
+        cmd = await loop.run_in_executor(None, conn.recv)
+        if cmd is None:
+            break
+        target, n, concurrency, tokens = cmd
+        result = await _load(target, n, concurrency, tokens, worker, stubs)
+        conn.send(result)
+    for ch in channels.values():
+        await ch.close()
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def run_phase(clients: list[Connection], target: str, n: int, concurrency: int,
+              tokens: int) -> PhaseResult:
+    """Run one phase on every client at once; merge the results."""
+    per = max(1, n // len(clients))
+    conc = max(1, concurrency // len(clients))
+    started = time.perf_counter()
+    for c in clients:
+        c.send((target, per, conc, tokens))
+    parts: list[PhaseResult] = [c.recv() for c in clients]
+    merged = PhaseResult(elapsed_s=time.perf_counter() - started)
+    for p in parts:
+        merged.latencies_ms += p.latencies_ms
+        merged.ttft_ms += p.ttft_ms
+        merged.errors += p.errors
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the table; write the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--latency-requests", type=int, default=1500)
+    ap.add_argument("--latency-concurrency", type=int, default=4)
+    ap.add_argument("--throughput-requests", type=int, default=6000)
+    ap.add_argument("--throughput-concurrency", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=4, help="tokens streamed per request")
+    ap.add_argument("--clients", type=int, default=2, help="load generator processes")
+    ap.add_argument("--worker", choices=("auto", "null", "echo"), default="auto")
+    ap.add_argument("--out", type=Path, default=Path(".loraplane/bench/gateway.json"))
+    args = ap.parse_args(argv)
+
+    ctx = mp.get_context("spawn")
+    procs: list[Any] = []
+    try:
+        q = ctx.Queue()
+        wp = ctx.Process(target=_serve, args=("worker", q, "", args.worker), daemon=True)
+        wp.start()
+        procs.append(wp)
+        worker_kind, worker_port = q.get(timeout=120)
+        worker_addr = f"127.0.0.1:{worker_port}"
+        ports = {}
+        pids = {"direct": wp.pid}
+        for role in ("proxy", "gateway"):
+            p = ctx.Process(target=_serve, args=(role, q, worker_addr, args.worker), daemon=True)
+            p.start()
+            procs.append(p)
+            name, port = q.get(timeout=120)
+            ports[name] = port
+            pids[name] = p.pid
+        addrs = {"direct": worker_addr, **{k: f"127.0.0.1:{v}" for k, v in ports.items()}}
+        clients: list[Connection] = []
+        for _ in range(args.clients):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_client, args=(child, addrs), daemon=True)
+            p.start()
+            procs.append(p)
+            clients.append(parent)
+
+        for t in TARGETS:  # warm up connections and code paths
+            run_phase(clients, t, 400, args.throughput_concurrency, args.tokens)
+        lat: dict[str, PhaseResult] = {t: PhaseResult() for t in TARGETS}
+        tput: dict[str, list[float]] = {t: [] for t in TARGETS}
+        tput_lat: dict[str, PhaseResult] = {t: PhaseResult() for t in TARGETS}
+        cpu: dict[str, list[float]] = {t: [] for t in TARGETS}
+        for _ in range(args.rounds):
+            for t in TARGETS:
+                r = run_phase(clients, t, args.latency_requests, args.latency_concurrency,
+                              args.tokens)
+                lat[t].latencies_ms += r.latencies_ms
+                lat[t].ttft_ms += r.ttft_ms
+                lat[t].errors += r.errors
+            for t in TARGETS:
+                before = cpu_seconds(pids[t])
+                r = run_phase(clients, t, args.throughput_requests, args.throughput_concurrency,
+                              args.tokens)
+                used = cpu_seconds(pids[t]) - before
+                tput[t].append(len(r.latencies_ms) / r.elapsed_s)
+                cpu[t].append(used * 1e6 / max(1, len(r.latencies_ms)))
+                tput_lat[t].latencies_ms += r.latencies_ms
+                tput_lat[t].errors += r.errors
+        for c in clients:
+            c.send(None)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(5)
+
+    report: dict[str, Any] = {
+        "worker": worker_kind,
+        "tokens_per_request": args.tokens,
+        "latency_concurrency": args.latency_concurrency,
+        "throughput_concurrency": args.throughput_concurrency,
+        "rounds": args.rounds,
+        "clients": args.clients,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+    }
+    for t in TARGETS:
+        report[f"{t}_p50_ms"] = round(_pct(lat[t].latencies_ms, 0.50), 3)
+        report[f"{t}_p99_ms"] = round(_pct(lat[t].latencies_ms, 0.99), 3)
+        report[f"{t}_ttft_p50_ms"] = round(_pct(lat[t].ttft_ms, 0.50), 3)
+        report[f"{t}_rps"] = round(statistics.median(tput[t]), 1)
+        report[f"{t}_loaded_p50_ms"] = round(_pct(tput_lat[t].latencies_ms, 0.50), 3)
+        report[f"{t}_loaded_p99_ms"] = round(_pct(tput_lat[t].latencies_ms, 0.99), 3)
+        report[f"{t}_errors"] = lat[t].errors + tput_lat[t].errors
+        report[f"{t}_cpu_us_per_request"] = round(statistics.median(cpu[t]), 1)
+    report["ratio_p50"] = round(report["gateway_p50_ms"] / report["proxy_p50_ms"], 3)
+    report["ratio_p99"] = round(report["gateway_p99_ms"] / report["proxy_p99_ms"], 3)
+    report["ratio_loaded_p50"] = round(
+        report["gateway_loaded_p50_ms"] / report["proxy_loaded_p50_ms"], 3)
+    report["cpu_ratio"] = round(
+        report["gateway_cpu_us_per_request"] / report["proxy_cpu_us_per_request"], 3)
+    report["gateway_rps_per_core"] = round(1e6 / report["gateway_cpu_us_per_request"], 1)
+    report["ratio_p50_target"] = LATENCY_RATIO_TARGET
+    report["gateway_rps_target"] = RPS_TARGET
+
+    print(f"gateway bench — worker: {worker_kind}; {args.tokens} tokens/request; "
+          f"{args.clients} client processes; {os.cpu_count()} CPUs")
+    print(f"{'':10}{'p50 ms':>10}{'p99 ms':>10}{'ttft p50':>10}"
+          f"{'rps':>10}{'loaded p50':>12}{'loaded p99':>12}{'cpu us/req':>12}")
+    for t in TARGETS:
+        print(f"{t:10}{report[f'{t}_p50_ms']:>10.3f}{report[f'{t}_p99_ms']:>10.3f}"
+              f"{report[f'{t}_ttft_p50_ms']:>10.3f}{report[f'{t}_rps']:>10.1f}"
+              f"{report[f'{t}_loaded_p50_ms']:>12.3f}{report[f'{t}_loaded_p99_ms']:>12.3f}"
+              f"{report[f'{t}_cpu_us_per_request']:>12.1f}")
+    ok_ratio = report["ratio_p50"] <= LATENCY_RATIO_TARGET
+    ok_rps = report["gateway_rps"] >= RPS_TARGET
+    print(f"gateway/proxy latency ratio p50 {report['ratio_p50']:.3f} "
+          f"(target <= {LATENCY_RATIO_TARGET}: {'met' if ok_ratio else 'NOT met'}); "
+          f"p99 {report['ratio_p99']:.3f}; at load p50 {report['ratio_loaded_p50']:.3f}")
+    print(f"CPU per request: gateway/proxy {report['cpu_ratio']:.3f}; one gateway process "
+          f"on a dedicated core would stream ~{report['gateway_rps_per_core']:.0f} requests/s")
+    print(f"gateway streamed requests/s {report['gateway_rps']:.0f} "
+          f"(target >= {RPS_TARGET:.0f} on one gateway process: "
+          f"{'met' if ok_rps else 'NOT met'})")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
