@@ -14,6 +14,7 @@ from loraplane.cli.db import app as db_app
 from loraplane.cli.run import run as run_cmd
 from loraplane.cli.run import status as status_cmd
 from loraplane.devkit.cli import app as demo_app
+from loraplane.gateway.cli import generate as generate_cmd
 from loraplane.registry.release_cli import app as registry_app
 from loraplane.sim.cli import sim_cmd, trace_app
 from loraplane.stack.cli import app as stack_app
@@ -29,6 +30,7 @@ app.add_typer(demo_app, name="demo")
 app.add_typer(db_app, name="db")
 app.command("run")(run_cmd)
 app.command("status")(status_cmd)
+app.command("generate")(generate_cmd)
 app.add_typer(registry_app)  # release, tenants, keys, adapters, promote, canary, ...
 app.command("sim")(sim_cmd)
 app.add_typer(trace_app, name="trace")
