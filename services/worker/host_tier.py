@@ -45,6 +45,7 @@ from loraplane.worker.errors import (
 )
 from loraplane.worker.lora_files import read_rank
 from loraplane.worker.store import ObjectStore
+from loraplane.worker.verify import verify_streamed
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,10 @@ META_NAME = "meta.json"
 FILES_DIR = "files"
 MAX_OBJECTS = 16
 """An adapter artifact has 3 objects; more is refused before downloading anything."""
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+"""The files of a PEFT adapter artifact (besides its signature), as admission allows them."""
+SIGNATURE_ALLOWANCE = 16 << 10
+"""Bytes reserved for the signature bundle on top of the declared artifact size."""
 
 Clock = Callable[[], datetime]
 
@@ -192,6 +197,12 @@ class HostTier:
     async def fetch(self, spec: ArtifactSpec) -> tuple[HostEntry, FetchTiming]:
         """COLD→WARM: download, verify and place ``spec``; returns the entry and timings.
 
+        With a declared ``size_bytes`` the artifact's files (``adapter_config.json``,
+        ``adapter_model.safetensors``, ``model.sig``) are fetched in parallel without a
+        listing, under a reservation of the declared size (+ the signature); otherwise the
+        prefix is listed first. Every file is hashed while it is written and the digests
+        are checked against the signed manifest (:mod:`loraplane.worker.verify`).
+
         Raises :class:`SourceNotAllowed`, :class:`NoCapacity`, :class:`DownloadFailed`,
         :class:`DigestMismatch` or :class:`RankTooLarge`; nothing is left on disk on failure.
         """
@@ -214,21 +225,25 @@ class HostTier:
         if location is None:
             raise SourceNotAllowed("; ".join(p.message for p in problems))
         t0 = time.perf_counter()
-        objects = await asyncio.to_thread(self.store.list_objects, location.bucket, location.key)
+        if spec.size_bytes > 0:
+            rel_paths = [*ADAPTER_FILES, SIGNATURE_FILENAME]
+            budget = spec.size_bytes + SIGNATURE_ALLOWANCE
+        else:
+            objects = await asyncio.to_thread(
+                self.store.list_objects, location.bucket, location.key
+            )
+            rel_paths = self._relative_paths(spec, location.key, [o.key for o in objects])
+            budget = sum(o.size for o in objects)
         list_s = time.perf_counter() - t0
-        rel_paths = self._relative_paths(spec, location.key, [o.key for o in objects])
-        total = sum(o.size for o in objects)
         token = uuid.uuid4().hex
-        self._reserve(token, total, spec.name)
+        self._reserve(token, budget, spec.name)
         incoming = self.root / ".incoming" / token
         try:
             t1 = time.perf_counter()
-            read = await asyncio.to_thread(
-                self._download, location.bucket, list(zip([o.key for o in objects], rel_paths)),
-                incoming / FILES_DIR,
-            )
+            digests, read = await self._download(location.bucket, location.key, rel_paths,
+                                                 incoming / FILES_DIR, budget, spec.size_bytes)
             t2 = time.perf_counter()
-            entry = await asyncio.to_thread(self._verify_and_place, spec, incoming)
+            entry = await asyncio.to_thread(self._verify_and_place, spec, incoming, digests)
             t3 = time.perf_counter()
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, incoming, True)
@@ -254,24 +269,51 @@ class HostTier:
             raise DigestMismatch(f"{spec.name}: no {SIGNATURE_FILENAME} in {spec.artifact_uri}")
         return out
 
-    def _download(self, bucket: str, pairs: list[tuple[str, str]], dest: Path) -> int:
-        dest.mkdir(parents=True)
-        total = 0
-        for key, rel in pairs:
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            total += self.store.download(bucket, key, target)
-        return total
+    async def _download(
+        self, bucket: str, root_key: str, rel_paths: list[str], dest: Path, budget: int,
+        declared: int,
+    ) -> tuple[dict[str, str], int]:
+        """Fetch every file in parallel; ``({rel path: sha256}, bytes)``.
 
-    def _check_files(self, spec: ArtifactSpec, files_dir: Path) -> int:
-        """Signature + digest + rank of ``files_dir``; returns the rank (blocking)."""
-        try:
-            verified = verify_directory(files_dir, self.trusted_keys)
-        except SignatureError as exc:
-            raise DigestMismatch(f"{spec.name}: {exc}") from exc
-        if verified.manifest_digest != spec.sha256:
+        ``declared`` > 0 caps the adapter files at that many bytes and the signature at
+        :data:`SIGNATURE_ALLOWANCE`; a larger object is cut off (:class:`DownloadFailed`).
+        """
+        await asyncio.to_thread(dest.mkdir, parents=True)
+        for rel in rel_paths:
+            if "/" in rel:
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        def cap(rel: str) -> int:
+            if declared <= 0:
+                return budget
+            return SIGNATURE_ALLOWANCE if rel == SIGNATURE_FILENAME else declared
+
+        results = await asyncio.gather(
+            *(asyncio.to_thread(self.store.download, bucket, root_key + rel, dest / rel,
+                                max_bytes=cap(rel)) for rel in rel_paths),
+            return_exceptions=True,
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        sizes = {rel: r[0] for rel, r in zip(rel_paths, results, strict=True)
+                 if not isinstance(r, BaseException)}
+        total = sum(sizes.values())
+        content = total - sizes.get(SIGNATURE_FILENAME, 0)
+        if total > budget or (declared > 0 and content > declared):
+            raise DownloadFailed(
+                f"{root_key}: {content} bytes of adapter files exceed the declared {declared}"
+            )
+        digests = {
+            rel: r[1] for rel, r in zip(rel_paths, results, strict=True)
+            if not isinstance(r, BaseException) and rel != SIGNATURE_FILENAME
+        }
+        return digests, total
+
+    def _check_digest(self, spec: ArtifactSpec, files_dir: Path, manifest_digest: str) -> int:
+        """Manifest digest = admitted sha256, rank within the engine's max; returns rank."""
+        if manifest_digest != spec.sha256:
             raise DigestMismatch(
-                f"{spec.name}: manifest digest {verified.manifest_digest} != admitted {spec.sha256}"
+                f"{spec.name}: manifest digest {manifest_digest} != admitted {spec.sha256}"
             )
         try:
             rank = read_rank(files_dir)
@@ -285,10 +327,25 @@ class HostTier:
             raise BadRequest(f"{spec.name}: adapter_config.json has r={rank}, declared {spec.rank}")
         return rank
 
-    def _verify_and_place(self, spec: ArtifactSpec, incoming: Path) -> HostEntry:
-        rank = self._check_files(spec, incoming / FILES_DIR)
+    def _check_files(self, spec: ArtifactSpec, files_dir: Path) -> int:
+        """Full check of files on disk (re-hashes them); returns the rank (blocking)."""
+        try:
+            verified = verify_directory(files_dir, self.trusted_keys)
+        except SignatureError as exc:
+            raise DigestMismatch(f"{spec.name}: {exc}") from exc
+        return self._check_digest(spec, files_dir, verified.manifest_digest)
+
+    def _verify_and_place(
+        self, spec: ArtifactSpec, incoming: Path, digests: dict[str, str]
+    ) -> HostEntry:
+        files_dir = incoming / FILES_DIR
+        try:
+            digest = verify_streamed(files_dir / SIGNATURE_FILENAME, digests, self.trusted_keys)
+        except SignatureError as exc:
+            raise DigestMismatch(f"{spec.name}: {exc}") from exc
+        rank = self._check_digest(spec, files_dir, digest)
         now = self.clock()
-        size = _tree_size(incoming / FILES_DIR)
+        size = _tree_size(files_dir)
         meta = {"spec": asdict(spec), "rank": rank, "size_bytes": size,
                 "verified_at": now.isoformat()}
         (incoming / META_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ from loraplane.worker.errors import (
     RankTooLarge,
     SourceNotAllowed,
 )
-from loraplane.worker.host_tier import HostTier
+from loraplane.worker.host_tier import SIGNATURE_ALLOWANCE, HostTier
 
 HostFactory = Callable[..., HostTier]
 
@@ -57,7 +57,7 @@ async def test_budget_is_enforced_before_downloading(
 async def test_budget_counts_held_entries(make_adapter: MakeAdapter,
                                           host_factory: HostFactory) -> None:
     a, b = make_adapter("a"), make_adapter("b")
-    host = host_factory(capacity_bytes=int(a.size_bytes * 1.6))
+    host = host_factory(capacity_bytes=a.size_bytes + SIGNATURE_ALLOWANCE + a.size_bytes // 2)
     await host.fetch(a)
     with pytest.raises(NoCapacity):
         await host.fetch(b)
@@ -164,3 +164,32 @@ async def test_restart_keeps_verified_entries_and_drops_bad_ones(
     assert sorted(p.name for p in root.iterdir()) == [".incoming", ".trash", good.dirname]
     assert _leftovers(restarted) == []
     assert restarted.used_bytes == result.kept[0].size_bytes
+
+
+async def test_without_declared_size_the_prefix_is_listed(
+    make_adapter: MakeAdapter, host_factory: HostFactory
+) -> None:
+    spec = dataclasses.replace(make_adapter(), size_bytes=0)
+    entry, timing = await host_factory().fetch(spec)
+    assert entry.spec.size_bytes == 0 and timing.bytes_read == entry.size_bytes
+
+
+async def test_missing_object_is_a_download_failure(
+    make_adapter: MakeAdapter, host_factory: HostFactory, store: DirStore
+) -> None:
+    spec = make_adapter()
+    key = spec.artifact_uri.removeprefix(f"s3://{BUCKET}/") + "model.sig"
+    store.path(BUCKET, key).unlink()
+    host = host_factory()
+    with pytest.raises(DownloadFailed, match="model.sig"):
+        await host.fetch(spec)
+    assert _leftovers(host) == []
+
+
+async def test_object_larger_than_declared_is_cut_off(
+    make_adapter: MakeAdapter, host_factory: HostFactory
+) -> None:
+    spec = make_adapter()
+    small = dataclasses.replace(spec, size_bytes=100)
+    with pytest.raises(DownloadFailed, match="larger than"):
+        await host_factory().fetch(small)

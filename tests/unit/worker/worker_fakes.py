@@ -25,7 +25,7 @@ from loraplane.worker.host_tier import ArtifactSpec, HostTier
 from loraplane.worker.lora_files import LlamaDims
 from loraplane.worker.manager import AdapterManager
 from loraplane.worker.metrics import WorkerMetrics
-from loraplane.worker.store import ObjectInfo
+from loraplane.worker.store import ObjectInfo, write_hashed
 
 BUCKET = "loraplane-artifacts"
 PREFIX = "adapters"
@@ -77,10 +77,9 @@ class VllmModel:
             if not victims:
                 self._violate(f"all slots pinned when activating {engine_id} (engine dies)")
                 return
-            victim = victims[0]
-            if victim in batch:
-                self._violate(f"evicted {victim} from a slot while its batch runs (wrong output)")
-            del self.active[victim]
+            # between two engine steps this is harmless: the next step activates its
+            # batch's adapters again (checked in _step)
+            del self.active[victims[0]]
         self.active[engine_id] = None
 
     def _add(self, adapter: EngineAdapter, batch: set[int]) -> None:
@@ -102,6 +101,19 @@ class VllmModel:
 
     def _batch(self) -> set[int]:
         return set(self.running.values())
+
+    def _step(self) -> None:
+        """One engine step: every adapter of the batch must sit in a slot at once."""
+        batch = self._batch()
+        if len(batch | self.pinned) > self._limits.max_loras:
+            self._violate(f"batch {sorted(batch)} + pinned {sorted(self.pinned)} > slots "
+                          "(an adapter of the batch loses its slot: wrong output)")
+        for engine_id in sorted(batch):
+            adapter = self.registered.get(engine_id)
+            if adapter is None:
+                self._violate(f"adapter {engine_id} of the batch is not registered")
+                continue
+            self._activate(engine_id, batch)
 
     async def register(self, adapter: EngineAdapter) -> None:
         self.calls.append(("register", adapter.engine_id))
@@ -139,11 +151,8 @@ class VllmModel:
             return
         self.running[request.request_id] = a.engine_id
         try:
-            batch = self._batch()
-            if len(batch | self.pinned) > self._limits.max_loras:
-                self._violate(f"batch {sorted(batch)} + pinned {sorted(self.pinned)} > slots")
-            self._add(a, batch)
             for i in range(request.sampling.max_tokens):
+                self._step()
                 await asyncio.sleep(self.step_delay_s)
                 if request.request_id in self._abort:
                     yield EngineChunk("", (), True, "abort", 3)
@@ -192,12 +201,15 @@ class DirStore:
             if p.is_file() and p.relative_to(base).as_posix().startswith(prefix)
         ]
 
-    def download(self, bucket: str, key: str, dest: Path) -> int:
+    def download(
+        self, bucket: str, key: str, dest: Path, *, max_bytes: int | None = None
+    ) -> tuple[int, str]:
         if self.fail:
             raise DownloadFailed("store is down")
+        if not self.path(bucket, key).is_file():
+            raise DownloadFailed(f"no object {key}")
         self.downloads += 1
-        shutil.copyfile(self.path(bucket, key), dest)
-        return dest.stat().st_size
+        return write_hashed(self.iter_object(bucket, key), dest, max_bytes=max_bytes, what=key)
 
     def iter_object(self, bucket: str, key: str) -> Iterator[bytes]:
         yield self.path(bucket, key).read_bytes()
