@@ -98,7 +98,11 @@ class MinioStore:
         what = f"s3://{bucket}/{key}"
         try:
             resp = self.client.get_object(bucket, key, offset=offset, length=length)
-        except (S3Error, HTTPError, OSError) as exc:
+        except S3Error as exc:
+            if exc.code == "InvalidRange" and offset == 0:  # an empty object
+                return b"".join(self.iter_object(bucket, key)), 0
+            raise DownloadFailed(f"GET {what} failed: {exc}") from exc
+        except (HTTPError, OSError) as exc:
             raise DownloadFailed(f"GET {what} failed: {exc}") from exc
         try:
             data = resp.read()

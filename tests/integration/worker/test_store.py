@@ -1,0 +1,63 @@
+"""The worker's S3 reads against SeaweedFS: ranged parallel download, size cap, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+
+import pytest
+from minio import Minio
+
+from loraplane.stack.stack import Stack
+from loraplane.worker.errors import DownloadFailed
+from loraplane.worker.store import PART_BYTES, MinioStore, get_and_hash
+
+
+def _store(stack: Stack) -> tuple[MinioStore, str]:
+    s = stack.settings
+    return MinioStore(s.s3_endpoint, s.s3_access_key, s.s3_secret_key), s.artifact_bucket
+
+
+def _put(stack: Stack, key: str, data: bytes) -> None:
+    s = stack.settings
+    client = Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
+                   secure=False, region="us-east-1")
+    client.put_object(s.artifact_bucket, key, io.BytesIO(data), len(data))
+
+
+@pytest.mark.parametrize("size", [0, 1, PART_BYTES, 2 * PART_BYTES + 12345])
+def test_ranged_download_writes_and_hashes_every_byte(
+    stack: Stack, unique: str, tmp_path: Path, size: int
+) -> None:
+    store, bucket = _store(stack)
+    data = os.urandom(size)
+    key = f"tests/{unique}/blob-{size}"
+    _put(stack, key, data)
+    dest = tmp_path / "blob"
+    written, digest = store.download(bucket, key, dest)
+    assert written == size and dest.read_bytes() == data
+    assert digest == hashlib.sha256(data).hexdigest()
+    assert get_and_hash(store, bucket, [key]) == (size, [digest])
+
+
+def test_object_over_the_cap_is_refused_after_the_first_range(
+    stack: Stack, unique: str, tmp_path: Path
+) -> None:
+    store, bucket = _store(stack)
+    key = f"tests/{unique}/big"
+    _put(stack, key, os.urandom(PART_BYTES + 10))
+    with pytest.raises(DownloadFailed, match="larger than"):
+        store.download(bucket, key, tmp_path / "big", max_bytes=PART_BYTES)
+    assert not (tmp_path / "big").exists()
+
+
+def test_missing_object_and_listing(stack: Stack, unique: str, tmp_path: Path) -> None:
+    store, bucket = _store(stack)
+    with pytest.raises(DownloadFailed, match="NoSuchKey|does not exist|not found"):
+        store.download(bucket, f"tests/{unique}/absent", tmp_path / "x")
+    _put(stack, f"tests/{unique}/dir/a", b"a")
+    _put(stack, f"tests/{unique}/dir/sub/b", b"bb")
+    listed = sorted((o.key, o.size) for o in store.list_objects(bucket, f"tests/{unique}/dir/"))
+    assert listed == [(f"tests/{unique}/dir/a", 1), (f"tests/{unique}/dir/sub/b", 2)]
