@@ -1,9 +1,10 @@
 """Gateway settings (pydantic-settings): ports, upstream addresses, budgets, limits.
 
 Loaded once in :mod:`loraplane.gateway.__main__` and passed down. Service-specific
-variables use the ``LORAPLANE_GATEWAY_`` prefix; the addresses of the other
-services use the names the ``make run`` supervisor exports
-(``LORAPLANE_REGISTRY_ADDR``, ``LORAPLANE_CACHE_MANAGER_GRPC_PORT``).
+variables use the ``LORAPLANE_GATEWAY_`` prefix; shared ones keep their shared names
+(``LORAPLANE_KAFKA_BOOTSTRAP``), and the addresses of the other services use the names
+the ``make run`` supervisor exports (``LORAPLANE_REGISTRY_ADDR``,
+``LORAPLANE_CACHE_MANAGER_GRPC_PORT``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ class GatewaySettings(CommonSettings):
     model_config = SettingsConfigDict(
         env_prefix="LORAPLANE_GATEWAY_", extra="ignore", validate_by_name=True, validate_by_alias=True
     )
+
+    kafka_bootstrap: str = Field(
+        default="127.0.0.1:19002",
+        validation_alias=AliasChoices("LORAPLANE_GATEWAY_KAFKA_BOOTSTRAP",
+                                      "LORAPLANE_KAFKA_BOOTSTRAP"),
+    )
+    """Kafka bootstrap servers (the shared ``LORAPLANE_KAFKA_BOOTSTRAP``)."""
+    instance_id: str = Field(
+        default="",
+        validation_alias=AliasChoices("LORAPLANE_GATEWAY_INSTANCE_ID", "LORAPLANE_INSTANCE_ID"),
+    )
+    """Instance name in event envelopes (``gateway/<instance>``); default ``gateway-0``."""
 
     grpc_port: int = 19055
     """Port of the public gRPC API (``loraplane.v1.Inference``)."""
