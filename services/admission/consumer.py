@@ -125,6 +125,8 @@ class ReleaseConsumer:
                 self.metrics.consumer_restarts.inc()
                 attempt = 0
             except Exception as exc:  # noqa: BLE001 - outage: back off, recreate
+                if isinstance(exc, ExceptionGroup):  # from the per-partition task group
+                    exc = exc.exceptions[0]
                 delay = backoff_delay(attempt)
                 attempt += 1
                 self.metrics.consumer_restarts.inc()

@@ -322,3 +322,82 @@ def test_registry_layout_matches_the_registry_grammar() -> None:
         assert loc is not None
         assert [p.code for p in layout_problems(ARTIFACT_ROOT, claim, loc)] == [
             SOURCE_NOT_ALLOWED], other
+
+
+@dataclass
+class FakeTP:
+    topic: str
+    partition: int
+
+    def __hash__(self) -> int:
+        return hash((self.topic, self.partition))
+
+
+class FakeConsumer:
+    """Hands out one batch (two partitions), records commits."""
+
+    def __init__(self, batch: dict[FakeTP, list[FakeRecord]], commits: list[dict[Any, int]]
+                 ) -> None:
+        self.batch = batch
+        self.commits = commits
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int = 0) -> Any:
+        import asyncio
+
+        batch, self.batch = self.batch, {}
+        if not batch:
+            await asyncio.sleep(timeout_ms / 1000)
+        return batch
+
+    async def commit(self, offsets: dict[Any, int]) -> None:
+        self.commits.append(offsets)
+        if self.on_commit is not None:
+            self.on_commit(offsets)
+
+    on_commit: Any = None
+
+    async def topics(self) -> set[str]:
+        return set()
+
+
+async def test_run_commits_after_publishing_and_retries_outages(
+        adapter: Path, tiny: BaseModelSpec, catalogue: Catalogue,
+        settings: AdmissionSettings) -> None:
+    import asyncio
+
+    store = FakeStore(down=True)
+    good = _release(adapter, tiny)
+    _upload(store, adapter, good)
+    body, headers = encode(good)
+    tp0, tp1 = FakeTP("r", 0), FakeTP("r", 1)
+    commits: list[dict[Any, int]] = []
+    made: list[FakeConsumer] = []
+    stop = asyncio.Event()
+
+    def consumer_factory() -> Any:
+        c = FakeConsumer({tp0: [FakeRecord(b"junk", [], 0, 5)],
+                          tp1: [FakeRecord(body, kafka_headers(headers), 1, 9)]}, commits)
+        c.on_commit = lambda offsets: stop.set() if tp1 in offsets else None
+        made.append(c)
+        if len(made) == 2:
+            store.down = False  # the outage ends before the second consumer
+        return c
+
+    producer = FakeProducer()
+    admitter = _admitter(settings, store, catalogue)
+    rc = ReleaseConsumer(admitter=admitter, settings=settings, metrics=admitter.metrics,
+                         consumer_factory=consumer_factory, producer_factory=lambda: producer)
+    await asyncio.wait_for(rc.run(stop), 30)
+    assert len(made) == 2
+    assert admitter.metrics.retries.labels("s3")._value.get() == 1
+    assert admitter.metrics.consumer_restarts._value.get() == 1
+    # first consumer: the junk record was skipped and committed; the release was neither
+    # decided nor committed (S3 down); the second consumer decided, published, committed
+    assert commits[0] == {tp0: 6}
+    assert commits[-1] == {tp1: 10}
+    assert [c for c in commits if tp1 in c] == [{tp1: 10}]
+    assert len(producer.sent) == 1
