@@ -19,9 +19,9 @@ processes with bounded concurrency. Two phases per round:
 * *throughput*: ``--throughput-concurrency`` streams in flight (``<target>_rps``:
   completed streamed requests per second).
 
-The worker is the worker service on its null engine when available
-(``loraplane.worker.null_engine``), else the echo worker of
-:mod:`loraplane.gateway.echo_worker` (fixed tokens); the JSON says which.
+The worker is the echo worker of :mod:`loraplane.gateway.echo_worker`: a
+``WorkerInternal`` server streaming fixed tokens without an engine (the worker
+service's null engine had not landed); the JSON says which worker was used.
 Writes ``.loraplane/bench/gateway.json``.
 """
 
@@ -105,25 +105,21 @@ async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str) 
 
 
 async def _start_worker(kind: str) -> tuple[str, int, Callable[[], Any]]:
-    if kind in ("auto", "null"):
-        try:
-            from loraplane.worker.bench_support import serve_null_worker  # type: ignore
-        except ImportError:
-            if kind == "null":
-                raise
-        else:
-            port, stop = await serve_null_worker(
-                engine_id=ENGINE_ID, tenant=TENANT, adapter=ADAPTER, version=VERSION,
-                base_model=BASE_MODEL,
-            )
-            return "null-engine worker", port, stop
+    """The worker side: the echo worker (fixed tokens, no engine).
+
+    The worker service's null engine (``loraplane.worker.null_engine``) had not landed
+    when this bench was written; ``--worker null`` fails until it is wired here.
+    """
+    if kind == "null":
+        raise SystemExit("--worker null: the worker's null engine is not wired into this bench")
     from loraplane.gateway.echo_worker import EchoWorker, serve_echo_worker
 
     worker = EchoWorker(worker_id="bench-worker", base_models=(BASE_MODEL,), hot={ENGINE_ID},
                         record=False)
     server = await serve_echo_worker(worker)
     port = int(worker.address.rsplit(":", 1)[1])
-    return "echo worker (fixed tokens)", port, lambda: server.stop(0)
+    return "echo worker (fixed tokens; WorkerInternal without an engine)", port, \
+        lambda: server.stop(0)
 
 
 class BareProxy(inference_pb2_grpc.InferenceServicer):
@@ -291,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throughput-concurrency", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=4, help="tokens streamed per request")
     ap.add_argument("--clients", type=int, default=2, help="load generator processes")
-    ap.add_argument("--worker", choices=("auto", "null", "echo"), default="auto")
+    ap.add_argument("--worker", choices=("echo", "null"), default="echo")
     ap.add_argument("--out", type=Path, default=Path(".loraplane/bench/gateway.json"))
     args = ap.parse_args(argv)
 

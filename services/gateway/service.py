@@ -42,6 +42,7 @@ from loraplane.gateway.budget import (
     CANARY,
     CLASS_NAMES,
     INTERACTIVE,
+    TIER_COLD,
     TIER_HOT,
     TIER_NAMES,
     BudgetConfig,
@@ -428,7 +429,8 @@ class Gateway:
                         request_id=rid,
                         worker_id=target.worker.worker_id if target is not None else "",
                         request_class=request_class,
-                        tier_at_arrival=target.tier if target is not None else 0,
+                        # never reached a worker: refused because it was cold (or no worker)
+                        tier_at_arrival=target.tier if target is not None else TIER_COLD,
                         ttft_ms=(first_at - started) * 1000.0 if first_at else 0.0,
                         duration_ms=(end - started) * 1000.0,
                         prompt_tokens=prompt_tokens,

@@ -98,6 +98,11 @@ async def test_cold_interactive_fails_fast_when_policy_says_so() -> None:
         assert info.value.retry_after_s is not None and info.value.retry_after_s >= 1
         assert not any(w.requests for w in h.workers.values())
         assert h.gateway.prewarm.pending == 1
+        await h.gateway.heat.flush()  # demand is still reported, as a refusal of a COLD version
+        (item,) = [c for t, b in h.recorder.sent if t == "adapter.heat" for c in b.completions]
+        assert item.status_code == grpc.StatusCode.UNAVAILABLE.value[0]
+        assert item.tier_at_arrival == common_pb2.TIER_COLD and item.worker_id == ""
+        assert item.meta.adapter.version == "v1" and item.engine_id == 11
 
 
 async def test_warm_version_within_budget_is_routed_there() -> None:
