@@ -103,6 +103,9 @@ class Component:
     def healthy(self) -> bool:
         raise NotImplementedError
 
+    def start_timeout_s(self) -> float:
+        return self.s.start_timeout_s
+
     def prepare(self) -> None:
         """Create data directories / config files before the first start."""
 
@@ -150,7 +153,7 @@ class Component:
         self._proc = proc
         self.pidfile.write_text(str(proc.pid))
         try:
-            wait_for(self.healthy, self.s.start_timeout_s, self.name, self.log)
+            wait_for(self.healthy, self.start_timeout_s(), self.name, self.log)
             self.after_start()
         except Exception:
             self.stop()

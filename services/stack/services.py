@@ -24,6 +24,8 @@ class ServiceSpec:
     port_offsets: dict[str, int] = field(default_factory=dict)
     """Env var suffix (e.g. ``GRPC_PORT``) -> offset from the stack's port base."""
     metrics_offset: int = 0
+    start_timeout_s: float = 60.0
+    """How long the supervisor waits for ``/metrics`` (the worker starts an engine first)."""
 
     def env_prefix(self) -> str:
         return f"LORAPLANE_{self.name.upper().replace('-', '_')}_"
@@ -48,7 +50,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("registry", "loraplane.registry.__main__", {"GRPC_PORT": 51}, 61),
     ServiceSpec("admission", "loraplane.admission.__main__", {}, 62),
     ServiceSpec("cache-manager", "loraplane.cache_manager.__main__", {"GRPC_PORT": 53}, 63),
-    ServiceSpec("worker", "loraplane.worker.__main__", {"GRPC_PORT": 54}, 64),
+    ServiceSpec("worker", "loraplane.worker.__main__", {"GRPC_PORT": 54}, 64, 300.0),
     ServiceSpec("gateway", "loraplane.gateway.__main__", {"GRPC_PORT": 55, "HTTP_PORT": 56}, 65),
 )
 

@@ -59,6 +59,9 @@ class ServiceProcess(Component):
     def ports(self) -> dict[str, int]:
         return {f"{self.spec.env_prefix()}{k}".lower(): v for k, v in self.spec.ports(self.s).items()}
 
+    def start_timeout_s(self) -> float:
+        return max(self.spec.start_timeout_s, self.s.start_timeout_s)
+
     def command(self) -> list[str]:
         module = self.spec.module.removesuffix(".__main__")
         return [sys.executable, "-m", module]

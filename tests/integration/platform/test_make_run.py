@@ -1,0 +1,86 @@
+"""`loraplane run` (what `make run` calls): healthy status, demo.env, and a clean Ctrl-C.
+
+The supervisor runs on its own port block and data directory so that it neither
+collides with the session's test stack nor with a developer's `make run`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loraplane.stack.components import port_in_use
+from loraplane.stack.services import existing_services
+from loraplane.stack.settings import PORT_OFFSETS, StackSettings
+
+REQUIRED_ENV = [
+    "LORAPLANE_GATEWAY_GRPC", "LORAPLANE_GATEWAY_HTTP", "LORAPLANE_DEMO_API_KEY",
+    "LORAPLANE_OTHER_TENANT_API_KEY", "LORAPLANE_DEMO_ADAPTERS", "LORAPLANE_BASE_MODEL",
+    "LORAPLANE_BASE_MODEL_DIR", "LORAPLANE_SIGNING_KEY", "LORAPLANE_DEMO_TENANT",
+]
+
+
+def _cli() -> str:
+    return str(Path(sys.executable).parent / "loraplane")
+
+
+def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env.update(
+        LORAPLANE_STACK_PORT_BASE="33000",
+        LORAPLANE_STACK_DATA_DIR=str(tmp_path / "stack"),
+        LORAPLANE_STACK_DEMO_ENV_FILE=str(tmp_path / "demo.env"),
+    )
+    settings = StackSettings(profile="run", port_base=33000, data_dir=tmp_path / "stack")
+    ports = [getattr(settings, name) for name in PORT_OFFSETS]
+    for svc in existing_services():
+        ports.extend(svc.ports(settings).values())
+    assert not any(port_in_use(p) for p in ports), "port block 33000 is busy before the test"
+
+    log = open(tmp_path / "run.log", "w+b")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([_cli(), "run"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            log.seek(0)
+            out = log.read().decode(errors="replace")
+            if "serving; Ctrl-C stops everything" in out:
+                break
+            assert proc.poll() is None, f"loraplane run exited early:\n{out}"
+            time.sleep(1)
+        else:
+            raise AssertionError(f"loraplane run never became ready:\n{out}")
+
+        status = subprocess.run([_cli(), "status"], env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert status.returncode == 0, status.stdout + status.stderr
+        lines = status.stdout.strip().splitlines()
+        expected = 4 + len(existing_services())
+        assert len(lines) == expected and all(line.startswith("ok") for line in lines), lines
+
+        values = dict(line.split("=", 1) for line in
+                      (tmp_path / "demo.env").read_text().splitlines() if "=" in line)
+        missing = [k for k in REQUIRED_ENV if not values.get(k)]
+        assert not missing, f"demo.env lacks {missing}"
+        assert Path(values["LORAPLANE_BASE_MODEL_DIR"]).is_dir()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        log.close()
+    assert rc == 0
+    time.sleep(0.5)
+    still = [p for p in ports if port_in_use(p)]
+    assert not still, f"ports still listening after Ctrl-C: {still}"
+    pids = [f for f in (tmp_path / "stack" / "run").glob("*.pid")]
+    assert not pids, f"pid files left behind: {pids}"
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
