@@ -102,11 +102,13 @@ class WorkerApp:
             drain_timeout_s=settings.worker_drain_timeout_s, on_event=self._on_event,
         )
         self.executor = CommandExecutor(self.manager, worker_id=settings.worker_id, clock=clock)
-        self.publisher = Publisher(settings.kafka_bootstrap, on_recovered=self._broker_recovered)
+        self.publisher = Publisher(settings.kafka_bootstrap, on_recovered=self._broker_recovered,
+                                   on_dropped=self.metrics.reports_dropped.inc)
         self.consumer = CommandConsumer(
             settings.kafka_bootstrap, self.executor, self.publisher,
             group_id=f"loraplane-worker-{settings.worker_id}",
             max_concurrency=settings.worker_max_concurrent_commands,
+            on_restart=self.metrics.consumer_restarts.inc,
         )
         self.heat = HeatBatcher(
             self.publisher, source_id=f"worker/{settings.worker_id}",

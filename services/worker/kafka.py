@@ -51,12 +51,15 @@ class Publisher:
         attempts: int = 3,
         retry_backoff_s: float = 0.5,
         on_recovered: Callable[[], None] | None = None,
+        on_dropped: Callable[[], None] | None = None,
     ) -> None:
-        """``on_recovered`` runs after the first successful send that follows a failure."""
+        """``on_recovered`` runs after the first successful send that follows a failure,
+        ``on_dropped`` when a message is given up after every attempt."""
         self.bootstrap = bootstrap
         self.attempts = attempts
         self.retry_backoff_s = retry_backoff_s
         self.on_recovered = on_recovered
+        self.on_dropped = on_dropped
         self.broker_lost = False
         self.sent = 0
         self.dropped = 0
@@ -110,6 +113,8 @@ class Publisher:
                     self.on_recovered()
             return True
         self.dropped += 1
+        if self.on_dropped is not None:
+            self.on_dropped()
         return False
 
     async def stop(self) -> None:
@@ -165,15 +170,18 @@ class CommandConsumer:
         group_id: str,
         max_concurrency: int = 8,
         restart_backoff_s: float = 1.0,
+        on_restart: Callable[[], None] | None = None,
     ) -> None:
         """``group_id``: one consumer group per worker (every worker reads every command
-        and keeps those addressed to it)."""
+        and keeps those addressed to it); ``on_restart`` runs whenever a consumer is
+        recreated."""
         self.bootstrap = bootstrap
         self.executor = executor
         self.publisher = publisher
         self.group_id = group_id
         self.max_concurrency = max_concurrency
         self.restart_backoff_s = restart_backoff_s
+        self.on_restart = on_restart
         self.assigned = asyncio.Event()
         """Set once a consumer of the current generation has partitions."""
         self.restarts = 0
@@ -232,6 +240,8 @@ class CommandConsumer:
                     await consumer.stop()
             if not self._stopped.is_set():
                 self.restarts += 1
+                if self.on_restart is not None:
+                    self.on_restart()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), self.restart_backoff_s)
         if self._tasks:

@@ -99,6 +99,16 @@ class WorkerMetrics(_PerRegistry):
             "or re-verification before registering).",
             registry=registry,
         )
+        self.consumer_restarts = Counter(
+            "loraplane_worker_consumer_restarts",
+            "Command consumers recreated (after a broker error or a broker loss).",
+            registry=registry,
+        )
+        self.reports_dropped = Counter(
+            "loraplane_worker_reports_dropped",
+            "Events the worker could not publish after its retries (broker down).",
+            registry=registry,
+        )
         self.engine_up = Gauge(
             "loraplane_worker_engine_up",
             "1 while the engine is alive.",

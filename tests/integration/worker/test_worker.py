@@ -366,6 +366,21 @@ async def test_warm_to_hot_and_cold_to_hot_load_times(running: Running) -> None:
         assert warm.duration_s < cold.duration_s
 
 
+async def test_commands_flow_again_after_a_broker_restart(running: Running) -> None:
+    app, stack = running.app, running.env.stack
+    restarts = app.consumer.restarts
+    stack.tansu.kill()
+    await until(lambda: app.publisher.broker_lost, 60)  # a snapshot could not be sent
+    stack.tansu.start()
+    await until(lambda: app.consumer.restarts > restarts, 90)  # recreated on recovery
+    await running.restart_watcher()
+    up = running.env.adapters["chat@2026-11-01.1"]
+    await app.manager.evict(up.spec.engine_id, COLD, "test")
+    rep = await execute(running, load_cmd(running, up, WARM))
+    assert (rep.loaded.tier, rep.loaded.source_tier) == (WARM, COLD)
+    assert running.registry.get_sample_value("loraplane_worker_consumer_restarts_total") >= 1
+
+
 async def test_restart_keeps_the_verified_host_tier(running: Running) -> None:
     env = running.env
     keep, spoil = env.adapters["code@2026-11-01.1"], env.adapters["support@2026-11-01.1"]

@@ -115,6 +115,14 @@ class Running:
         self.stub = worker_pb2_grpc.WorkerInternalStub(self.channel)
         return self.app
 
+    async def restart_watcher(self) -> None:
+        """Recreate the report watcher (a consumer can go deaf after a broker restart)."""
+        await self.watcher.stop()
+        old = self.watcher
+        self.watcher = ReportWatcher(old.bootstrap, old.worker_id, f"{old.group}-r{len(old.reports)}")
+        self.watcher.reports.extend(old.reports)
+        await self.watcher.start()
+
     async def send(self, cmd: events_pb2.CacheCommand) -> None:
         value, headers = codec.encode(cmd)
         await self.producer.send_and_wait(
@@ -126,6 +134,8 @@ class ReportWatcher:
     """Collects this worker's ``WorkerReport``s from ``cache.state``."""
 
     def __init__(self, bootstrap: str, worker_id: str, group: str) -> None:
+        self.bootstrap = bootstrap
+        self.group = group
         self.worker_id = worker_id
         self.reports: list[events_pb2.WorkerReport] = []
         self._consumer = AIOKafkaConsumer(
