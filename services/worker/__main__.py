@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 
 from loraplane.shared.metrics import start_metrics_server
 from loraplane.worker.app import WorkerApp
@@ -20,8 +21,8 @@ from loraplane.worker.vllm_engine import VllmEngine
 log = logging.getLogger("loraplane.worker")
 
 
-async def main() -> None:
-    """Run the worker until SIGINT / SIGTERM."""
+async def main() -> int:
+    """Run the worker until SIGINT / SIGTERM (exit 0) or until its engine dies (exit 1)."""
     settings = WorkerSettings().resolve_models()
     assert settings.base_model_dir is not None
     log.info("starting engine for %s from %s", settings.base_model, settings.base_model_dir)
@@ -35,12 +36,17 @@ async def main() -> None:
         await app.start()
         start_metrics_server(settings.worker_metrics_port)
         log.info("worker %s serving on %s", settings.worker_id, app.grpc_address)
-        await stop.wait()
+        stopped = asyncio.create_task(stop.wait())
+        failed = asyncio.create_task(app.engine_failed.wait())
+        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (stopped, failed):
+            task.cancel()
     finally:
         await app.stop()
         await engine.close()
+    return 1 if app.engine_failed.is_set() else 0
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 ZERO_ADAPTER_RANK = 8
 ZERO_ADAPTER_MODULES = ("q_proj", "v_proj")
+ENGINE_WATCH_S = 1.0
+"""Period of the engine liveness check."""
 
 
 def _now() -> datetime:
@@ -127,6 +129,8 @@ class WorkerApp:
         self._seq = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_snapshots = asyncio.Event()
+        self.engine_failed = asyncio.Event()
+        """Set when the engine died; the process should exit so it is restarted."""
 
     # ------------------------------------------------------------------ state
 
@@ -206,8 +210,25 @@ class WorkerApp:
                 asyncio.create_task(self.heat.run(), name="worker-heat"),
                 asyncio.create_task(self._snapshots(), name="worker-snapshots"),
             ]
+        self._tasks.append(asyncio.create_task(self._watch_engine(), name="worker-engine"))
         log.info("worker %s ready on %s (%d WARM versions kept, %d dropped)", s.worker_id,
                  self.grpc_address, len(self.rescan.kept), len(self.rescan.dropped))
+
+    async def _watch_engine(self) -> None:
+        """Mark the worker not ready (and set :attr:`engine_failed`) once the engine died."""
+        while not self._stop_snapshots.is_set():
+            if self.engine.dead:
+                log.error("the engine died: worker %s is not ready any more",
+                          self.settings.worker_id)
+                self.ready = False
+                self.metrics.engine_up.labels(self.settings.base_model).set(0)
+                self.engine_failed.set()
+                if self.kafka_enabled:
+                    with contextlib.suppress(Exception):
+                        await self.publish_state()
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_snapshots.wait(), ENGINE_WATCH_S)
 
     async def _snapshots(self) -> None:
         while not self._stop_snapshots.is_set():

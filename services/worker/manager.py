@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from loraplane.v1 import common_pb2
 from loraplane.worker.engine import EngineAdapter
@@ -54,6 +55,12 @@ Clock = Callable[[], datetime]
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a background load's outcome as seen (it is counted in the metrics already)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("background load failed: %s", task.exception())
 
 
 @dataclass
@@ -470,6 +477,7 @@ class AdapterManager:
             if p is None and not allow_cold:
                 raise AdapterCold(f"{spec.name} is not on this worker")
             task = asyncio.ensure_future(self._load_and_report(spec))
+            task.add_done_callback(_retrieve)  # a timed-out waiter must not lose its error
             if cold_timeout_s is None or p is not None:
                 await asyncio.shield(task)
             else:

@@ -63,7 +63,10 @@ class VllmModel:
 
     @property
     def dead(self) -> bool:
-        return False
+        return self.died
+
+    died = False
+    """Set by a test to simulate the engine dying."""
 
     def _violate(self, what: str) -> None:
         self.violations.append(what)

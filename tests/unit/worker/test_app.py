@@ -1,0 +1,118 @@
+"""The assembled worker (Kafka off) over the engine double: gRPC statuses, the base model
+through the zero adapter, GetState, and engine death making the worker not ready."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+from worker_fakes import BASE, DIMS, LIMITS, DirStore, MakeAdapter, VllmModel
+
+from loraplane.devkit.keys import DevKeyPair
+from loraplane.v1 import common_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
+from loraplane.worker.app import WorkerApp
+from loraplane.worker.host_tier import ArtifactSpec
+from loraplane.worker.settings import ZERO_ADAPTER_ENGINE_ID, WorkerSettings
+
+
+@pytest.fixture
+async def app(tmp_path: Path, store: DirStore, keys: DevKeyPair) -> AsyncIterator[WorkerApp]:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps({
+        "num_hidden_layers": DIMS.num_layers, "hidden_size": DIMS.hidden,
+        "num_attention_heads": DIMS.heads, "num_key_value_heads": DIMS.kv_heads,
+        "head_dim": DIMS.head_dim, "intermediate_size": DIMS.intermediate}))
+    settings = WorkerSettings(
+        worker_id="w-unit", worker_grpc_port=0, worker_metrics_port=0, base_model=BASE,
+        base_model_dir=base, trusted_keys=str(keys.public_key), worker_host_dir=tmp_path / "h",
+        worker_max_loras=LIMITS.max_loras, worker_max_cpu_loras=LIMITS.max_cpu_loras,
+        worker_max_lora_rank=LIMITS.max_lora_rank)
+    model = VllmModel(LIMITS, step_delay_s=0.001)
+    worker = WorkerApp(settings, model, store=store, registry=CollectorRegistry(), kafka=False)
+    await worker.start()
+    try:
+        yield worker
+    finally:
+        await worker.stop(grace_s=0.5)
+
+
+def request(spec: ArtifactSpec | None, **kw: object) -> worker_pb2.WorkerGenerateRequest:
+    req = worker_pb2.WorkerGenerateRequest(
+        request_id="r1", params=inference_pb2.GenerateRequest(prompt="hi", max_tokens=3),
+        base_model=BASE, **kw)
+    req.adapter.tenant_id = "acme"
+    if spec is not None:
+        req.adapter.adapter_name, req.adapter.version = spec.adapter_name, spec.version
+        req.engine_id, req.sha256, req.rank = spec.engine_id, spec.sha256, spec.rank
+        req.artifact_uri, req.size_bytes = spec.artifact_uri, spec.size_bytes
+    return req
+
+
+async def call(app: WorkerApp, req: worker_pb2.WorkerGenerateRequest
+               ) -> list[inference_pb2.GenerateResponse]:
+    async with grpc.aio.insecure_channel(app.grpc_address) as ch:
+        stub = worker_pb2_grpc.WorkerInternalStub(ch)
+        return [m async for m in stub.Generate(req, timeout=10)]
+
+
+async def status(app: WorkerApp, req: worker_pb2.WorkerGenerateRequest) -> grpc.StatusCode:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call(app, req)
+    return err.value.code()
+
+
+async def test_base_requests_run_through_the_zero_adapter(app: WorkerApp) -> None:
+    msgs = await call(app, request(None))
+    assert [t for m in msgs for t in m.token_ids] == [ZERO_ADAPTER_ENGINE_ID % 1000] * 3
+    assert msgs[0].resolved.tier_at_arrival == common_pb2.TIER_HOT
+    assert msgs[-1].finished and msgs[-1].usage.output_tokens == 3
+    model = app.engine.inner
+    assert isinstance(model, VllmModel) and model.violations == []
+    assert (app.settings.host_dir / "system" / "zero" / "adapter_config.json").is_file()
+
+
+async def test_cold_adapter_loaded_for_a_background_request(
+    app: WorkerApp, make_adapter: MakeAdapter
+) -> None:
+    spec = make_adapter()
+    assert await status(app, request(spec)) == grpc.StatusCode.UNAVAILABLE  # interactive
+    req = request(spec, request_class=common_pb2.REQUEST_CLASS_BACKGROUND)
+    msgs = await call(app, req)
+    assert msgs[0].resolved.tier_at_arrival == common_pb2.TIER_COLD
+    assert [t for m in msgs for t in m.token_ids] == [spec.engine_id % 1000] * 3
+
+
+async def test_statuses(app: WorkerApp, make_adapter: MakeAdapter) -> None:
+    spec = make_adapter()
+    over_rank = request(spec)
+    over_rank.rank = 32
+    assert await status(app, over_rank) == grpc.StatusCode.FAILED_PRECONDITION
+    empty = request(None)
+    empty.params.prompt = ""
+    assert await status(app, empty) == grpc.StatusCode.INVALID_ARGUMENT
+    bad_top_p = request(None)
+    bad_top_p.params.top_p = 2.0
+    assert await status(app, bad_top_p) == grpc.StatusCode.INVALID_ARGUMENT
+    other = request(None)
+    other.base_model = "x/y"
+    assert await status(app, other) == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_get_state_and_engine_death(app: WorkerApp) -> None:
+    async with grpc.aio.insecure_channel(app.grpc_address) as ch:
+        state = await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
+            worker_pb2.GetStateRequest())
+    assert state.ready and state.worker_id == "w-unit" and state.base_models == [BASE]
+    cap = state.capacities[0]
+    assert (cap.hot_slots_capacity, cap.max_lora_rank) == (LIMITS.max_cpu_loras - 1, 16)
+    model = app.engine.inner
+    assert isinstance(model, VllmModel)
+    model.died = True
+    await asyncio.wait_for(app.engine_failed.wait(), 5)
+    assert not app.ready and not app.state().ready
