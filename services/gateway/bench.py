@@ -301,13 +301,15 @@ def main(argv: list[str] | None = None) -> int:
         worker_kind, worker_port = q.get(timeout=120)
         worker_addr = f"127.0.0.1:{worker_port}"
         ports = {}
-        pids = {"direct": wp.pid}
+        assert wp.pid is not None
+        pids: dict[str, int] = {"direct": wp.pid}
         for role in ("proxy", "gateway"):
             p = ctx.Process(target=_serve, args=(role, q, worker_addr, args.worker), daemon=True)
             p.start()
             procs.append(p)
             name, port = q.get(timeout=120)
             ports[name] = port
+            assert p.pid is not None
             pids[name] = p.pid
         addrs = {"direct": worker_addr, **{k: f"127.0.0.1:{v}" for k, v in ports.items()}}
         clients: list[Connection] = []

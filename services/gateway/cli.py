@@ -101,10 +101,10 @@ def generate(
                         err=True,
                     )
         except grpc.RpcError as err:
-            code = err.code()  # type: ignore[attr-defined]
+            code = err.code()
             hint = ""
-            for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
+            for key, value in err.trailing_metadata() or ():
                 if key == RETRY_AFTER_METADATA:
                     hint = f" (retry after {int(value) / 1000:.0f}s)"
-            typer.echo(f"error: {code.name}: {err.details()}{hint}", err=True)  # type: ignore[attr-defined]
+            typer.echo(f"error: {code.name}: {err.details()}{hint}", err=True)
             raise typer.Exit(1) from None

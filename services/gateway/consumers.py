@@ -16,15 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-
-from google.protobuf.message import Message
+from typing import Any
 
 from loraplane.shared.codec import CodecError, decode_record
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Message], None]
-"""Applies one decoded event to a view (synchronous, no I/O)."""
+Handler = Callable[[Any], None]
+"""Applies one decoded event (the topic's message type) to a view (synchronous, no I/O)."""
 
 
 class ViewFeeder:
