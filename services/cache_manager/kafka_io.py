@@ -52,42 +52,54 @@ class EventSource:
 
     def __init__(
         self, bootstrap: str, group_id: str, *, topics_: Sequence[str] = INPUT_TOPICS,
-        max_records: int = 5000,
+        max_records: int = 5000, fetch_max_wait_ms: int = 50,
     ) -> None:
+        """``fetch_max_wait_ms``: how long the broker may hold a fetch with no data; it bounds
+        the delay before a new event is seen (aiokafka's default is 500 ms)."""
         self.bootstrap = bootstrap
+        self.fetch_max_wait_ms = fetch_max_wait_ms
         self.group_id = group_id
         self.topics = tuple(topics_)
         self.max_records = max_records
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self, timeout_s: float = 15.0) -> None:
-        """Connect and assign every partition of every input topic."""
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=self.max_records,
-        )
-        await consumer.start()
-        try:
-            partitions: list[TopicPartition] = []
-            deadline = asyncio.get_running_loop().time() + timeout_s
-            for topic in self.topics:
-                while True:
-                    await consumer.topics()  # refresh metadata
+        """Connect and assign every partition of every input topic.
+
+        A consumer learns the topics that exist when it connects, so one that misses an
+        input topic is closed and a new one tried until ``timeout_s``.
+        """
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap,
+                group_id=self.group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_poll_records=self.max_records,
+                fetch_max_wait_ms=self.fetch_max_wait_ms,
+            )
+            await consumer.start()
+            try:
+                partitions: list[TopicPartition] = []
+                missing: list[str] = []
+                for topic in self.topics:
                     parts = consumer.partitions_for_topic(topic)
                     if parts:
                         partitions.extend(TopicPartition(topic, p) for p in sorted(parts))
-                        break
-                    if asyncio.get_running_loop().time() > deadline:
-                        raise TimeoutError(f"topic {topic} has no partitions (not created?)")
-                    await asyncio.sleep(0.2)
-            consumer.assign(partitions)
-        except BaseException:
+                    else:
+                        missing.append(topic)
+                if not missing:
+                    consumer.assign(partitions)
+                    self._consumer = consumer
+                    return
+            except BaseException:
+                await consumer.stop()
+                raise
             await consumer.stop()
-            raise
-        self._consumer = consumer
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"topics {missing} have no partitions (not created?)")
+            await asyncio.sleep(0.5)
 
     async def poll(self, timeout_ms: int = 500) -> list[Received]:
         """The next records (possibly none), decoded."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
+import yaml  # type: ignore[import-untyped, unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from loraplane.shared.errors import InvalidArgument

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import asyncpg
 import grpc
-import yaml
+import yaml  # type: ignore[import-untyped, unused-ignore]
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from google.protobuf.message import Message
@@ -36,6 +36,7 @@ from google.protobuf.message import Message
 from loraplane.cache_manager.model import Ref
 from loraplane.shared import topics
 from loraplane.shared.codec import decode_record, encode, kafka_headers
+from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.v1 import cache_pb2, cache_pb2_grpc, events_pb2
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,20 +153,24 @@ class Bus:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.commands: list[events_pb2.CacheCommand] = []
+        self.arrivals: list[float] = []
+        """``time.perf_counter()`` at which each command was read (same order)."""
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        """Create the topics if needed, connect, read ``cache.commands`` from the start."""
+        await ensure_topics(self.bootstrap)
         self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap,
-                                          auto_offset_reset="earliest", enable_auto_commit=False)
+                                          auto_offset_reset="earliest", enable_auto_commit=False,
+                                          fetch_max_wait_ms=20)
         await self._consumer.start()
         parts = self._consumer.partitions_for_topic(topics.CACHE_COMMANDS)
-        while not parts:
-            await self._consumer.topics()
-            parts = self._consumer.partitions_for_topic(topics.CACHE_COMMANDS)
+        if not parts:
+            raise RuntimeError(f"{topics.CACHE_COMMANDS} has no partitions")
         tps = [TopicPartition(topics.CACHE_COMMANDS, p) for p in parts]
         self._consumer.assign(tps)
         await self._consumer.seek_to_beginning(*tps)
@@ -180,6 +185,7 @@ class Bus:
                     msg = decode_record(r)
                     assert isinstance(msg, events_pb2.CacheCommand)
                     self.commands.append(msg)
+                    self.arrivals.append(time.perf_counter())
 
     async def publish(self, *msgs: Message) -> None:
         assert self._producer is not None

@@ -1,0 +1,278 @@
+"""Cache-manager benchmark: decision latency and heat-event throughput.
+
+``python -m loraplane.cache_manager.bench [--quick] [--no-stack] [--out FILE]``
+
+In process (pure decision core, no I/O):
+
+* ``round``: time of one planning round (projection + snapshot + heat policy + business
+  rules + guards) at several fleet sizes, in steady state (every command answered
+  before the next round, a few new bursts per round);
+* ``apply``: heat batches decoded from their Kafka bytes and applied to the state
+  (completions/s and batches/s one process absorbs).
+
+Over the broker (``LORAPLANE_KAFKA_BOOTSTRAP`` / ``LORAPLANE_POSTGRES_DSN``; ``make
+bench-cache`` starts a private stack), with a real ``python -m loraplane.cache_manager``:
+
+* ``e2e_decision``: a burst published on ``adapter.heat`` → the load command read back
+  from ``cache.commands`` (what a worker would observe), per burst;
+* ``e2e_heat``: a backlog of heat batches on ``adapter.heat`` consumed by the manager
+  (its ``loraplane_cache_events_total`` counter), batches/s and completions/s.
+
+Prints a table and writes JSON (default ``.loraplane/bench/cache.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from loraplane.cache_manager import eventgen as ev
+from loraplane.cache_manager.core import CacheCore
+from loraplane.cache_manager.messages import build_command
+from loraplane.cache_manager.model import Ref
+from loraplane.cache_manager.rules import RulesConfig
+from loraplane.policy.config import load_config
+from loraplane.policy.factory import make_policy
+from loraplane.shared import topics
+from loraplane.shared.codec import decode, encode
+from loraplane.shared.settings import CommonSettings
+from loraplane.v1 import common_pb2
+
+OUT = Path(".loraplane/bench/cache.json")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _summary(xs: list[float]) -> dict[str, float]:
+    return {"n": len(xs), "p50_ms": _pct(xs, 0.5) * 1e3, "p90_ms": _pct(xs, 0.9) * 1e3,
+            "p99_ms": _pct(xs, 0.99) * 1e3, "max_ms": max(xs) * 1e3,
+            "mean_ms": statistics.fmean(xs) * 1e3}
+
+
+# --------------------------------------------------------------------------- in process
+
+
+def _fleet(n_workers: int, n_versions: int, slots: int, seed: int = 7
+           ) -> tuple[CacheCore, list[Ref], float]:
+    """A core with ``n_workers`` synced workers and ``n_versions`` admitted versions."""
+    rng = random.Random(seed)
+    core = CacheCore(policy=make_policy("heat", load_config()), policy_config=load_config(),
+                     rules=RulesConfig(), worker_timeout_s=3600.0)
+    now = time.time()
+    refs = [ev.ref(f"a{i:05d}", tenant=f"t{i % 50:02d}") for i in range(n_versions)]
+    prios = [common_pb2.PRIORITY_PLATINUM, common_pb2.PRIORITY_GOLD, common_pb2.PRIORITY_SILVER,
+             common_pb2.PRIORITY_BRONZE]
+    for i, r in enumerate(refs, start=1):
+        p = prios[0] if i % 97 == 0 else prios[1 + (i % 3)]
+        core.apply(ev.admitted(r, i, now, size=rng.randint(100_000, 50_000_000), priority=p),
+                   now)
+    for w in range(n_workers):
+        core.apply(ev.snapshot(ev.WorkerSpec(f"w{w:03d}", slots=slots,
+                                             warm_bytes=slots * 4 * 50_000_000), 1, now), now)
+    # Power-law popularity: the first versions are requested most.
+    for i, r in enumerate(refs):
+        n = int(200 / (i + 1) ** 0.9)
+        if n:
+            core.apply(ev.heat(r, n, now - rng.uniform(0, 300)), now)
+    return core, refs, now
+
+
+def _answer_all(core: CacheCore, issued: list[Any], t: float) -> None:
+    for i in issued:
+        core.apply(ev.answer(build_command(i, "bench"), t), t)
+
+
+def bench_rounds(n_workers: int, n_versions: int, slots: int, rounds: int) -> dict[str, Any]:
+    """Steady-state planning rounds; returns latency figures."""
+    core, refs, now = _fleet(n_workers, n_versions, slots)
+    rng = random.Random(11)
+    t = now
+    first = time.perf_counter()
+    res = core.round(t)
+    first_s = time.perf_counter() - first
+    commands = len(res.issued)
+    _answer_all(core, res.issued, t)
+    for _ in range(5):  # converge
+        t += 1.0
+        res = core.round(t)
+        _answer_all(core, res.issued, t)
+    times: list[float] = []
+    for _ in range(rounds):
+        t += 1.0
+        for r in rng.sample(refs, 3):  # a few bursts per round
+            core.apply(ev.heat(r, rng.randint(5, 50), t), t)
+        start = time.perf_counter()
+        res = core.round(t)
+        times.append(time.perf_counter() - start)
+        commands += len(res.issued)
+        _answer_all(core, res.issued, t)
+    return {"workers": n_workers, "versions": n_versions, "slots": slots,
+            "first_round_ms": first_s * 1e3, "commands": commands, **_summary(times)}
+
+
+def bench_apply(n_batches: int, per_batch: int, n_versions: int) -> dict[str, Any]:
+    """Decode + apply of heat batches from their wire bytes."""
+    core, refs, now = _fleet(4, n_versions, 8)
+    rng = random.Random(3)
+    wire = []
+    for _ in range(n_batches):
+        body, headers = encode(ev.heat(rng.choice(refs), per_batch, now))
+        wire.append((body, headers))
+    start = time.perf_counter()
+    for body, headers in wire:
+        core.apply(decode(topics.ADAPTER_HEAT, body, headers), now)
+    elapsed = time.perf_counter() - start
+    return {"batches": n_batches, "completions_per_batch": per_batch,
+            "batches_per_s": n_batches / elapsed,
+            "completions_per_s": n_batches * per_batch / elapsed}
+
+
+# --------------------------------------------------------------------------- over the broker
+
+
+async def bench_e2e(settings: CommonSettings, bursts: int, backlog: int, per_batch: int
+                    ) -> dict[str, Any]:
+    """A real manager process on the stack: decision latency and heat throughput."""
+    from loraplane.cache_manager.testing import Bus, Heartbeat, Launcher, Registry, Responder
+
+    tag = uuid.uuid4().hex[:8]
+    tenant = f"bench-{tag}"
+    registry = Registry(settings.postgres_dsn, tenant)
+    await registry.tenant_row()
+    refs = [await registry.version(f"b{i:03d}") for i in range(bursts)]
+    hot_refs = [await registry.version(f"h{i:03d}") for i in range(20)]
+    env = {"LORAPLANE_POSTGRES_DSN": settings.postgres_dsn,
+           "LORAPLANE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
+    bus = Bus(settings.kafka_bootstrap)
+    await bus.start()
+    workdir = Path(tempfile.mkdtemp(prefix="cm-bench-"))
+    launcher = Launcher(env, workdir, tag, tenants=tenant)
+    worker = ev.WorkerSpec(f"bench-w-{tag}", slots=bursts + 30, warm_bytes=10**12)
+    hb = await Heartbeat(bus, worker).start()
+    responder = Responder(bus, worker).start()
+    out: dict[str, Any] = {}
+    try:
+        m = launcher.start(LORAPLANE_CACHE_MANAGER_TICK_S="2")
+        await m.wait_planning(timeout=60)
+        # Decision latency: burst published -> load command read back.
+        lat: list[float] = []
+        for r in refs:
+            n0 = len(bus.commands)
+            t0 = time.perf_counter()
+            await bus.publish(ev.heat(r, 20, time.time()))
+            while True:
+                got = [i for i in range(n0, len(bus.commands))
+                       if bus.commands[i].meta.adapter.adapter_name == r.adapter_name
+                       and bus.commands[i].WhichOneof("command") == "load"]
+                if got:
+                    lat.append(bus.arrivals[got[0]] - t0)
+                    break
+                if time.perf_counter() - t0 > 10:
+                    raise RuntimeError(f"no load command for {r.version_id} in 10 s")
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.05)
+        out["e2e_decision"] = _summary(lat)
+        # Heat throughput: the manager is stopped, a backlog is published, a new manager
+        # (same group: it resumes at the committed offsets) absorbs it.
+        m.stop()
+        rng = random.Random(5)
+        batches = [ev.heat(rng.choice(hot_refs), per_batch, time.time()) for _ in range(backlog)]
+        t_pub = time.perf_counter()
+        await bus.publish(*batches)
+        pub_s = time.perf_counter() - t_pub
+        metric = 'loraplane_cache_events_total{result="applied",topic="adapter.heat"}'
+        m2 = launcher.start(LORAPLANE_CACHE_MANAGER_TICK_S="2")
+
+        def applied() -> float:
+            try:
+                lines = m2.metric_lines("loraplane_cache_events_total")
+            except OSError:
+                return 0.0
+            for line in lines:
+                if line.startswith(metric):
+                    return float(line.split()[-1])
+            return 0.0
+
+        t_first = t_end = None
+        deadline = time.perf_counter() + 300
+        while time.perf_counter() < deadline:
+            n = applied()
+            if n > 0 and t_first is None:
+                t_first = time.perf_counter()
+            if n >= backlog:
+                t_end = time.perf_counter()
+                break
+            await asyncio.sleep(0.01)
+        total = applied()
+        if t_first is None or t_end is None:
+            raise RuntimeError(f"backlog not absorbed: {total} of {backlog}")
+        span = t_end - t_first
+        out["e2e_heat"] = {
+            "batches": int(total), "completions_per_batch": per_batch,
+            "publish_s": pub_s, "consume_span_s": span,
+            "batches_per_s": total / span, "completions_per_s": total * per_batch / span,
+        }
+    finally:
+        await responder.stop()
+        await hb.stop()
+        launcher.stop_all()
+        await bus.stop()
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    """Run the benchmark, print the table, write the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="Small sizes (smoke run).")
+    ap.add_argument("--no-stack", action="store_true", help="In-process measures only.")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    fleets = [(4, 200, 8), (16, 2000, 16)] if args.quick else \
+        [(4, 200, 8), (16, 2000, 16), (64, 10000, 16)]
+    rounds = 10 if args.quick else 30
+    result: dict[str, Any] = {"rounds": [], "apply": None}
+    print("planning round (pure core, heat policy, steady state):")
+    print(f"  {'workers':>7} {'versions':>8} {'slots':>5} {'first ms':>9} {'p50 ms':>8} "
+          f"{'p99 ms':>8} {'max ms':>8}")
+    for w, v, s in fleets:
+        r = bench_rounds(w, v, s, rounds)
+        result["rounds"].append(r)
+        print(f"  {w:>7} {v:>8} {s:>5} {r['first_round_ms']:>9.1f} {r['p50_ms']:>8.2f} "
+              f"{r['p99_ms']:>8.2f} {r['max_ms']:>8.2f}")
+    a = bench_apply(2000 if args.quick else 20000, 20, 2000)
+    result["apply"] = a
+    print(f"heat apply (decode + state, in process): {a['batches_per_s']:,.0f} batches/s, "
+          f"{a['completions_per_s']:,.0f} completions/s ({a['completions_per_batch']}/batch)")
+    if not args.no_stack:
+        settings = CommonSettings()
+        e2e = asyncio.run(bench_e2e(settings, bursts=10 if args.quick else 30,
+                                    backlog=2000 if args.quick else 10000, per_batch=20))
+        result.update(e2e)
+        d, h = e2e["e2e_decision"], e2e["e2e_heat"]
+        print(f"burst published -> load command read back (real manager, Tansu): "
+              f"p50 {d['p50_ms']:.1f} ms, p90 {d['p90_ms']:.1f} ms, max {d['max_ms']:.1f} ms "
+              f"(n={d['n']})")
+        print(f"heat backlog absorbed by one manager: {h['batches_per_s']:,.0f} batches/s, "
+              f"{h['completions_per_s']:,.0f} completions/s ({h['batches']} batches of "
+              f"{h['completions_per_batch']})")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

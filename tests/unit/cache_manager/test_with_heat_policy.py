@@ -1,0 +1,78 @@
+"""The decision core with the real heat policy (config/policy.yaml), demand rule off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loraplane.cache_manager import eventgen as ev
+from loraplane.cache_manager.core import CacheCore, RoundResult
+from loraplane.cache_manager.messages import build_command
+from loraplane.cache_manager.model import CommandKind, Tier
+from loraplane.cache_manager.rules import rules_from_mapping
+from loraplane.policy.config import load_config
+from loraplane.policy.factory import make_policy
+from loraplane.v1 import common_pb2
+
+REPO = Path(__file__).resolve().parents[3]
+T0 = 1_800_000_000.0
+MB = 1_000_000
+
+
+def heat_core() -> CacheCore:
+    cfg = load_config(REPO / "config" / "policy.yaml")
+    return CacheCore(policy=make_policy("heat", cfg), policy_config=cfg,
+                     rules=rules_from_mapping({"demand": {"enabled": False}}),
+                     worker_timeout_s=3600)
+
+
+def settle(core: CacheCore, t: float, rounds: int = 6) -> list[RoundResult]:
+    out = []
+    for i in range(rounds):
+        res = core.round(t + i)
+        out.append(res)
+        for issued in res.issued:
+            core.apply(ev.answer(build_command(issued, "test"), t + i), t + i)
+    return out
+
+
+def test_burst_on_a_cold_version_is_promoted_by_the_policy() -> None:
+    core = heat_core()
+    a = ev.ref("support")
+    core.apply(ev.admitted(a, 1, T0), T0)
+    core.apply(ev.snapshot(ev.WorkerSpec("w1", slots=4), 1, T0), T0)
+    assert core.round(T0).issued == []
+    core.apply(ev.heat(a, 30, T0 + 1), T0 + 1)
+    res = core.round(T0 + 1)
+    loads = [i for i in res.issued if i.pending.spec.kind is CommandKind.LOAD_HOT]
+    assert [i.pending.spec.version_id for i in loads] == [a.version_id]
+    assert loads[0].decision.policy == "heat" and loads[0].decision.heat > 0
+
+
+def test_host_pressure_evicts_in_policy_order_and_keeps_platinum_and_canary() -> None:
+    core = heat_core()
+    plat, canary = ev.ref("plat"), ev.ref("canary")
+    cold, warm_ish, hot = ev.ref("cold"), ev.ref("warmish"), ev.ref("hot")
+    core.apply(ev.admitted(plat, 1, T0, size=30 * MB, priority=common_pb2.PRIORITY_PLATINUM), T0)
+    core.apply(ev.admitted(canary, 2, T0, size=30 * MB), T0)
+    core.apply(ev.canary(canary, 10, T0), T0)
+    for i, r in enumerate((cold, warm_ish, hot), start=3):
+        core.apply(ev.admitted(r, i, T0, size=30 * MB, priority=common_pb2.PRIORITY_BRONZE), T0)
+    # 4 versions resident in 120 MB of host bytes: full. Slots are plenty.
+    w = ev.WorkerSpec("w1", slots=8, warm_bytes=120 * MB, held=[
+        ev.Held(r, tier=common_pb2.TIER_WARM, size=30 * MB)
+        for r in (plat, canary, cold, warm_ish)])
+    core.apply(ev.snapshot(w, 1, T0), T0)
+    core.apply(ev.heat(warm_ish, 5, T0 - 600), T0)
+    core.apply(ev.heat(cold, 1, T0 - 3000), T0)
+    core.apply(ev.heat(hot, 80, T0), T0)  # needs room
+    results = settle(core, T0 + 1)
+    issued = [i.pending.spec for r in results for i in r.issued]
+    evicted = [s.version_id for s in issued if s.kind is CommandKind.EVICT]
+    assert evicted and evicted[0] == cold.version_id, issued
+    worker = core.state.workers["w1"]
+    for protected in (plat, canary):
+        assert worker.tier_of(protected.version_id) is not Tier.COLD
+        assert protected.version_id not in evicted
+    assert worker.tier_of(hot.version_id) is Tier.HOT
+    used = sum(p.size_bytes for p in worker.placements.values())
+    assert used <= 120 * MB
