@@ -11,8 +11,8 @@ object-store GET + sha256 of the same bytes, measured in one run.
 3. starts one vLLM engine and, per size and repetition (alternating the order), measures
    * **raw**: GET every object of the artifact (one stream each) and sha256 it in memory;
    * **pipeline**: the worker's COLD→HOT load (the three files fetched in parallel, each
-     in 8 MiB byte ranges 4 at a time, written to the host tier's disk and hashed in
-     order; signature + digest + rank verification; atomic placement; ``add_lora``),
+     streamed to the host tier's disk and hashed while it is written; signature +
+     digest + rank verification; atomic placement; ``add_lora``),
      then a WARM→HOT load (full re-verification from disk + ``add_lora``) after a
      demotion;
 4. prints a table and writes ``.loraplane/bench/cold.json``: a list with, per size,
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--s3-access-key", default="loraplane")
     parser.add_argument("--s3-secret-key", default="loraplane-dev-secret")
     parser.add_argument("--verbose", action="store_true", help="print every repetition")
-    parser.add_argument("--port-base", type=int, default=38000,
+    parser.add_argument("--port-base", type=int, default=43800,
                         help="port block of the private SeaweedFS (default %(default)s)")
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.sizes_mb.split(",") if x.strip()]

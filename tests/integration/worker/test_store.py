@@ -1,4 +1,4 @@
-"""The worker's S3 reads against SeaweedFS: ranged parallel download, size cap, errors."""
+"""The worker's S3 reads against SeaweedFS: streamed download + sha256, size cap, errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from minio import Minio
 
 from loraplane.stack.stack import Stack
 from loraplane.worker.errors import DownloadFailed
-from loraplane.worker.store import PART_BYTES, MinioStore, get_and_hash
+from loraplane.worker.store import CHUNK_BYTES, MinioStore, get_and_hash
 
 
 def _store(stack: Stack) -> tuple[MinioStore, str]:
@@ -27,8 +27,8 @@ def _put(stack: Stack, key: str, data: bytes) -> None:
     client.put_object(s.artifact_bucket, key, io.BytesIO(data), len(data))
 
 
-@pytest.mark.parametrize("size", [0, 1, PART_BYTES, 2 * PART_BYTES + 12345])
-def test_ranged_download_writes_and_hashes_every_byte(
+@pytest.mark.parametrize("size", [0, 1, CHUNK_BYTES, 2 * CHUNK_BYTES + 12345])
+def test_download_writes_and_hashes_every_byte(
     stack: Stack, unique: str, tmp_path: Path, size: int
 ) -> None:
     store, bucket = _store(stack)
@@ -42,14 +42,14 @@ def test_ranged_download_writes_and_hashes_every_byte(
     assert get_and_hash(store, bucket, [key]) == (size, [digest])
 
 
-def test_object_over_the_cap_is_refused_after_the_first_range(
+def test_object_over_the_cap_is_cut_off(
     stack: Stack, unique: str, tmp_path: Path
 ) -> None:
     store, bucket = _store(stack)
     key = f"tests/{unique}/big"
-    _put(stack, key, os.urandom(PART_BYTES + 10))
+    _put(stack, key, os.urandom(CHUNK_BYTES + 10))
     with pytest.raises(DownloadFailed, match="larger than"):
-        store.download(bucket, key, tmp_path / "big", max_bytes=PART_BYTES)
+        store.download(bucket, key, tmp_path / "big", max_bytes=CHUNK_BYTES)
     assert not (tmp_path / "big").exists()
 
 
