@@ -197,8 +197,11 @@ class AdapterManager:
 
     @property
     def hot_capacity(self) -> int:
-        """Adapter versions that may be HOT at once (registrations minus the zero adapter)."""
-        return self.engine.limits.max_cpu_loras - 1
+        """Adapter versions that may be HOT at once: the engine's ``max_loras`` slots (the
+        cache manager plans with this number and pins at most one less), bounded by the
+        registrations left beside the zero adapter (``max_cpu_loras - 1``)."""
+        limits = self.engine.limits
+        return min(limits.max_loras, limits.max_cpu_loras - 1)
 
     def hot_count(self) -> int:
         """Versions HOT now."""

@@ -65,9 +65,9 @@ class WorkerSettings(CommonSettings):
 
     worker_max_loras: int = Field(default=4, ge=2)
     """Engine LoRA slots per batch (vLLM ``max_loras``); one always stays unpinned."""
-    worker_max_cpu_loras: int = Field(default=8, ge=2)
+    worker_max_cpu_loras: int = Field(default=5, ge=2)
     """Adapters registered in the engine at once (vLLM ``max_cpu_loras``), the all-zero
-    base adapter included; HOT capacity is one less."""
+    base adapter included; HOT capacity is ``min(max_loras, max_cpu_loras - 1)``."""
     worker_max_lora_rank: int = 16
     """Largest LoRA rank (vLLM ``max_lora_rank``; one of 1, 8, 16, 32, 64, 128, 256, 320, 512)."""
     worker_max_model_len: int = 512

@@ -110,7 +110,7 @@ async def test_get_state_and_engine_death(app: WorkerApp) -> None:
             worker_pb2.GetStateRequest())
     assert state.ready and state.worker_id == "w-unit" and state.base_models == [BASE]
     cap = state.capacities[0]
-    assert (cap.hot_slots_capacity, cap.max_lora_rank) == (LIMITS.max_cpu_loras - 1, 16)
+    assert (cap.hot_slots_capacity, cap.max_lora_rank) == (LIMITS.max_loras, 16)
     model = app.engine.inner
     assert isinstance(model, VllmModel)
     model.died = True
