@@ -280,10 +280,10 @@ def run_phase(clients: list[Connection], target: str, n: int, concurrency: int,
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the table; write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--latency-requests", type=int, default=1500)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--latency-requests", type=int, default=500)
     ap.add_argument("--latency-concurrency", type=int, default=4)
-    ap.add_argument("--throughput-requests", type=int, default=6000)
+    ap.add_argument("--throughput-requests", type=int, default=2000)
     ap.add_argument("--throughput-concurrency", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=4, help="tokens streamed per request")
     ap.add_argument("--clients", type=int, default=2, help="load generator processes")

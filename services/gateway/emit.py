@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -157,9 +158,12 @@ class HeatEmitter:
                 degraded_to_base=c.degraded_to_base,
                 engine_id=c.engine_id,
             )
-            item.meta.CopyFrom(topics.new_meta(self._producer, c.adapter,
-                                               correlation_id=c.request_id))
-            item.meta.occurred_at.FromNanoseconds(int(c.at * 1e9))
+            meta = item.meta  # the envelope, built directly (new_meta costs ~2x more)
+            meta.event_id = str(uuid.uuid4())
+            meta.producer = self._producer
+            meta.correlation_id = c.request_id
+            meta.adapter.CopyFrom(c.adapter)
+            meta.occurred_at.FromNanoseconds(int(c.at * 1e9))
         return batch
 
     async def flush(self) -> int:
