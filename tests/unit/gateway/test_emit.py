@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from google.protobuf.message import Message
 
 from loraplane.gateway.emit import Completion, HeatEmitter, PrewarmRequester
@@ -50,6 +52,9 @@ async def test_one_batch_per_adapter_in_order() -> None:
     first = support[0].completions[0]
     assert first.meta.adapter.version == "v2" and first.engine_id == 11
     assert first.meta.occurred_at.seconds == 1_700_000_000
+    assert uuid.UUID(first.meta.event_id).version == 4 and first.meta.correlation_id == "r0"
+    assert first.meta.producer == "gateway/t"
+    assert len({c.meta.event_id for b in support for c in b.completions}) == 5
     assert heat.pending == 0 and heat.published == 6
 
 
