@@ -191,6 +191,8 @@ class Planner:
         self.rules = rules
         self.bandwidths = bandwidths or Bandwidths()
         self._no_load: frozenset[tuple[str, str]] = frozenset()
+        self._metas: dict[str, tuple[VersionRecord, bool, float, VersionMeta]] = {}
+        """Policy metadata per version, rebuilt only when its inputs change."""
 
     # ------------------------------------------------------------------ snapshot
 
@@ -222,19 +224,34 @@ class Planner:
     ) -> Snapshot:
         """Freeze the projection for the policy (versions that must go are left out)."""
         metas: dict[str, VersionMeta] = {}
+        staged, active = state.canaries()
+        boosts = state.boosts
+        schedules = bool(self.rules.schedules)
+        cache = self._metas
+        fresh: dict[str, tuple[VersionRecord, bool, float, VersionMeta]] = {}
         for vid, rec in state.versions.items():
             if not rec.status.loadable:
                 continue
-            metas[vid] = VersionMeta(
-                version_id=vid,
-                tenant_id=rec.ref.tenant_id,
-                base_model=rec.ref.base_model,
-                priority=rec.priority,
-                size_bytes=rec.size_bytes,
-                rank=rec.rank or 16,
-                canary=state.is_canary(rec),
-                warmup=self.warmup_signal(state, rec, now),
-            )
+            canary = vid in active
+            warmup = 1.0 if (vid in staged or vid in boosts or (
+                schedules and self.scheduled_replicas(rec, state, now) > 0)) else 0.0
+            hit = cache.get(vid)
+            if hit is not None and hit[0] is rec and hit[1] == canary and hit[2] == warmup:
+                meta = hit[3]
+            else:
+                meta = VersionMeta(
+                    version_id=vid,
+                    tenant_id=rec.ref.tenant_id,
+                    base_model=rec.ref.base_model,
+                    priority=rec.priority,
+                    size_bytes=rec.size_bytes,
+                    rank=rec.rank or 16,
+                    canary=canary,
+                    warmup=warmup,
+                )
+            fresh[vid] = (rec, canary, warmup, meta)
+            metas[vid] = meta
+        self._metas = fresh
         workers: list[WorkerState] = []
         for wid, pr in proj.items():
             view = pr.view

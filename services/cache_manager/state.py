@@ -347,6 +347,20 @@ class State:
             and ptr.stable != rec.ref.version
         )
 
+    def canaries(self) -> tuple[set[str], set[str]]:
+        """Version ids of (staged canaries: pointer set, any share; active: share > 0)."""
+        staged: set[str] = set()
+        active: set[str] = set()
+        for adapter_id, ptr in self.pointers.items():
+            if not ptr.canary:
+                continue
+            tenant, _, name = adapter_id.partition("/")
+            vid = version_id(tenant, name, ptr.canary)
+            staged.add(vid)
+            if ptr.canary_percent > 0:
+                active.add(vid)
+        return staged, active
+
     def stable_of(self, adapter_id: str) -> str:
         """Stable version id of an adapter ("" if none)."""
         ptr = self.pointers.get(adapter_id)
