@@ -28,7 +28,7 @@ from loraplane.worker.engine import Engine, EngineAdapter
 from loraplane.worker.guard import SafeEngine
 from loraplane.worker.host_tier import HostTier, RescanResult
 from loraplane.worker.kafka import CommandConsumer, HeatBatcher, Publisher
-from loraplane.worker.lora_files import ATTENTION, LlamaDims, write_lora
+from loraplane.worker.lora_files import LlamaDims, write_lora
 from loraplane.worker.manager import AdapterManager, EvictOutcome, LoadOutcome
 from loraplane.worker.metrics import WorkerMetrics
 from loraplane.worker.service import WorkerService
@@ -51,8 +51,8 @@ def _now() -> datetime:
 def write_zero_adapter(model_dir: Path, out_dir: Path, *, base_model: str, rank: int) -> Path:
     """The all-zero adapter for ``model_dir`` (rewritten at every start: it is ours)."""
     dims = LlamaDims.from_model_dir(model_dir)
-    modules = [m for m in ZERO_ADAPTER_MODULES if m in ATTENTION]
-    return write_lora(out_dir, dims, base_model=base_model, rank=rank, modules=modules)
+    return write_lora(out_dir, dims, base_model=base_model, rank=rank,
+                      modules=ZERO_ADAPTER_MODULES)
 
 
 class WorkerApp:

@@ -181,12 +181,6 @@ class AdapterManager:
         self.refresh_gauges()
         return result
 
-    def reset_engine_view(self) -> None:
-        """Forget HOT state (after the engine was replaced): every placement is WARM."""
-        for p in self.placements.values():
-            p.hot = False
-            p.pinned = False
-
     # ------------------------------------------------------------------ helpers
 
     def _lock(self, engine_id: int) -> asyncio.Lock:

@@ -186,3 +186,18 @@ def test_random_operation_sequences_never_violate(ops: list[tuple[str, int, int]
         return model.violations
 
     assert asyncio.run(scenario()) == []
+
+
+async def test_null_engine_implements_the_engine_protocol(tmp_path: Path) -> None:
+    """Conformance only: the null engine exists for control-plane benchmarks."""
+    from loraplane.worker.engine import Engine
+    from loraplane.worker.null_engine import NullEngine
+    from loraplane.worker.vllm_engine import VllmEngine
+
+    null = NullEngine(LIMITS, tmp_path)
+    assert isinstance(null, Engine) and isinstance(SafeEngine(null), Engine)
+    assert all(hasattr(VllmEngine, name) for name in ("register", "unregister", "pin", "unpin",
+                                                      "list", "generate", "abort", "close"))
+    engine = SafeEngine(null)
+    await engine.register(adapter(3))
+    assert await run(engine, 3, tokens=2) == [3, 3]
