@@ -42,7 +42,7 @@ def heat(r: Ref, n: int, t: float, *, tier: common_pb2.Tier = common_pb2.TIER_CO
     b = events_pb2.HeatBatch(meta=meta(r, t), source_id="gw-1")
     for i in range(n):
         b.completions.append(events_pb2.RequestCompleted(
-            meta=meta(r, t), request_id=f"r{i}", worker_id="w1", request_class=cls,
+            meta=meta(r, t), request_id=str(uuid.uuid4()), worker_id="w1", request_class=cls,
             tier_at_arrival=tier, ttft_ms=10, duration_ms=20, status_code=status,
             engine_id=engine_id,
         ))

@@ -200,6 +200,8 @@ class State:
         self.events_applied = 0
         self.duplicates = 0
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._requests: OrderedDict[str, None] = OrderedDict()
+        """Request ids already counted: the gateway and the worker may both report one."""
         self._dedupe_capacity = dedupe_capacity
 
     # ------------------------------------------------------------------ idempotency
@@ -385,6 +387,12 @@ class State:
             a = c.meta.adapter
             if not a.adapter_name:
                 continue  # base-model request: no adapter to place
+            if c.request_id:
+                if c.request_id in self._requests:
+                    continue  # the same request reported by another producer
+                self._requests[c.request_id] = None
+                if len(self._requests) > self._dedupe_capacity:
+                    self._requests.popitem(last=False)
             ref = Ref.of(a)
             vid = ref.version_id
             if vid not in self.versions:

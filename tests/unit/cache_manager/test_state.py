@@ -170,3 +170,13 @@ def test_reports_older_than_the_snapshot_do_not_change_placement() -> None:
     out = st.apply(ev.loaded("w1", A, T0 + 5, command_id="old"), T0 + 11)
     assert st.workers["w1"].tier_of(A.version_id) is Tier.COLD
     assert out.outcomes[0].version_id == A.version_id  # the command is still answered
+
+
+def test_a_request_reported_by_gateway_and_worker_counts_once() -> None:
+    st = State()
+    from_gateway = ev.heat(A, 2, T0)
+    from_worker = events_pb2.HeatBatch(meta=ev.meta(A, T0), source_id="worker/w1")
+    from_worker.completions.extend(from_gateway.completions)  # same request ids, new event id
+    st.apply(from_gateway, T0)
+    st.apply(from_worker, T0)
+    assert st.stats[A.version_id].requests == 2
