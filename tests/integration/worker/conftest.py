@@ -121,5 +121,5 @@ async def running(env: Env) -> AsyncIterator[Running]:
     finally:
         await run.channel.close()
         await run.app.stop()
-        await watcher.stop()
-        await producer.stop()
+        await run.watcher.stop()
+        await run.producer.stop()
