@@ -64,12 +64,17 @@ class Publisher:
         self.sent = 0
         self.dropped = 0
         self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         """Connect the producer (retries until the broker answers)."""
         await self._ensure()
 
     async def _ensure(self) -> AIOKafkaProducer:
+        async with self._lock:  # concurrent publishers share one producer
+            return await self._ensure_locked()
+
+    async def _ensure_locked(self) -> AIOKafkaProducer:
         if self._producer is None:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self.bootstrap, acks="all", request_timeout_ms=10_000,
