@@ -285,6 +285,15 @@ class Manager:
         ch = grpc.aio.insecure_channel(f"127.0.0.1:{self.grpc_port}")
         return ch, cache_pb2_grpc.CacheManagerStub(ch)
 
+    async def wait_up(self, timeout: float = 20.0) -> None:
+        """Wait until ``/metrics`` answers (the process is serving, leader or standby)."""
+        start = time.monotonic()
+        while self.metric("loraplane_cache_leader") is None:
+            assert self.proc.poll() is None, self.log.read_text()
+            if time.monotonic() - start > timeout:
+                raise AssertionError(f"not serving after {timeout}s:\n{self.log.read_text()}")
+            await asyncio.sleep(0.05)
+
     async def wait_leader(self, timeout: float = 20.0) -> float:
         """Wait until this instance leads; returns the seconds waited."""
         start = time.monotonic()

@@ -34,7 +34,7 @@ from loraplane.worker.vllm_engine import VllmEngine
 pytestmark = pytest.mark.engine
 HOT = common_pb2.TIER_HOT
 HOT_SLOTS = 3
-"""max_cpu_loras 4 minus the worker's all-zero adapter."""
+"""The worker's HOT capacity: min(max_loras 3, max_cpu_loras 4 - its all-zero adapter)."""
 
 
 @dataclass
@@ -85,7 +85,7 @@ def _worker_settings(stack: Stack, demo: DemoManifest, tmp: Path, worker_id: str
         artifact_bucket=s.artifact_bucket, base_model=demo.base_model.name,
         base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
         tokenizer_revision=demo.base_model.tokenizer_revision,
-        worker_host_dir=tmp / worker_id, worker_max_loras=2, worker_max_cpu_loras=4,
+        worker_host_dir=tmp / worker_id, worker_max_loras=HOT_SLOTS, worker_max_cpu_loras=4,
         worker_max_lora_rank=16, worker_state_interval_s=1.0, worker_heat_flush_s=0.5,
         worker_drain_timeout_s=10.0,
     )
@@ -267,15 +267,23 @@ async def test_real_worker_restart_is_reconciled_and_leader_kill_hands_over(
         leader = managers.start()
         await leader.wait_planning()
         standby = managers.start()
-        await asyncio.sleep(1.0)
+        await standby.wait_up()
+        await asyncio.sleep(0.5)
         assert standby.metric("loraplane_cache_leader") == 0.0
         await _wait_hot(worker, [a])
 
         # Worker restart: same host directory (WARM survives), empty engine, new incarnation.
+        n0 = len(bus.commands)
         await worker.restart()
         t0 = time.monotonic()
-        await _wait_hot(worker, [a])
-        print(f"\n[measure] worker restart -> version HOT again: {time.monotonic() - t0:.2f}s")
+        while not [c for c in bus.commands[n0:] if is_cmd("load_hot", a, worker.worker_id)(c)]:
+            assert time.monotonic() - t0 < 10, [describe(c) for c in bus.commands[n0:]]
+            await asyncio.sleep(0.05)
+        reload_s = time.monotonic() - t0
+        await _wait_hot(worker, [a], timeout=30)
+        print(f"\n[measure] worker restart -> reload command {reload_s:.2f}s, -> HOT again "
+              f"{time.monotonic() - t0:.2f}s (worker consumes its commands after its group "
+              f"rejoin)")
 
         # Leader killed: the standby takes over and commands.
         await asyncio.sleep(1.0)
