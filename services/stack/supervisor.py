@@ -40,6 +40,9 @@ def service_env(s: StackSettings, extra: dict[str, str] | None = None) -> dict[s
     env.setdefault("LORAPLANE_REGISTRY_OPERATOR_TOKEN", DEV_OPERATOR_TOKEN)
     models = repo_root() / ".loraplane" / "models"
     env["LORAPLANE_MODELS_DIR"] = str(models)
+    # Per-stack state of the services, so `make run` and the make-run test never share it.
+    env["LORAPLANE_WORKER_HOST_DIR"] = str(s.root / "worker-host")
+    env["LORAPLANE_ADMISSION_QUARANTINE_DIR"] = str(s.root / "admission-quarantine")
     env["HF_HUB_OFFLINE"] = "1"
     env["TRANSFORMERS_OFFLINE"] = "1"
     if extra:
