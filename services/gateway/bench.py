@@ -19,9 +19,16 @@ processes with bounded concurrency. Two phases per round:
 * *throughput*: ``--throughput-concurrency`` streams in flight (``<target>_rps``:
   completed streamed requests per second).
 
-The worker is the echo worker of :mod:`loraplane.gateway.echo_worker`: a
-``WorkerInternal`` server streaming fixed tokens without an engine (the worker
-service's null engine had not landed); the JSON says which worker was used.
+The worker (``--worker null``, the default) is the real worker service
+(:class:`loraplane.worker.app.WorkerApp`: its ``WorkerInternal`` gRPC server, engine
+guard, request path, metrics) on :class:`loraplane.worker.null_engine.NullEngine`
+(fixed tokens, no model), Kafka off. Its adapter is a tiny signed LoRA the bench
+writes into a temporary directory object store and loads HOT through the worker's own
+command path (a ``LoadAdapter`` cache command: fetch, signature and digest checks,
+registration); every request then carries that version's real engine id, digest and
+rank. ``--worker echo`` swaps in the echo worker of
+:mod:`loraplane.gateway.echo_worker` (a bare ``WorkerInternal`` server without the
+worker service). The JSON's ``worker`` / ``worker_kind`` say which worker was used.
 Writes ``.loraplane/bench/gateway.json``.
 """
 
@@ -33,10 +40,12 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import shutil
 import statistics
+import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -57,11 +66,25 @@ TENANT = "bench"
 ADAPTER = "bench-adapter"
 VERSION = "v1"
 ENGINE_ID = 7
+RANK = 8
 BASE_MODEL = "tiny"
+WORKER_ID = "bench-worker"
 API_KEY = "lp_bench_secret"
 TARGETS = ("direct", "proxy", "gateway")
+WORKERS = ("null", "echo")
 LATENCY_RATIO_TARGET = 1.2
 RPS_TARGET = 2000.0
+
+
+@dataclass(frozen=True)
+class Version:
+    """The one adapter version every request targets, as the worker holds it."""
+
+    engine_id: int = ENGINE_ID
+    sha256: str = "0" * 64
+    rank: int = RANK
+    artifact_uri: str = "s3://bench/x/"
+    size_bytes: int = 1000
 
 
 def _ref() -> common_pb2.AdapterRef:
@@ -69,75 +92,173 @@ def _ref() -> common_pb2.AdapterRef:
                                  base_model=BASE_MODEL)
 
 
-def _worker_request(params: inference_pb2.GenerateRequest) -> worker_pb2.WorkerGenerateRequest:
+def _worker_request(
+    params: inference_pb2.GenerateRequest, version: Version
+) -> worker_pb2.WorkerGenerateRequest:
     return worker_pb2.WorkerGenerateRequest(
-        request_id=uuid.uuid4().hex, adapter=_ref(), engine_id=ENGINE_ID, sha256="0" * 64,
-        params=params, request_class=common_pb2.REQUEST_CLASS_INTERACTIVE,
-        base_model=BASE_MODEL, rank=8, artifact_uri="s3://bench/x/",
+        request_id=uuid.uuid4().hex, adapter=_ref(), engine_id=version.engine_id,
+        sha256=version.sha256, params=params, request_class=common_pb2.REQUEST_CLASS_INTERACTIVE,
+        base_model=BASE_MODEL, rank=version.rank, artifact_uri=version.artifact_uri,
+        size_bytes=version.size_bytes,
     )
 
 
 # --------------------------------------------------------------------------- servers
 
 
-def _serve(role: str, out: Any, worker_addr: str, worker_kind: str) -> None:
-    """Process entry: run one server role, report ``(kind, port)`` on ``out``."""
-    asyncio.run(_serve_async(role, out, worker_addr, worker_kind))
+def _serve(role: str, out: Any, worker_addr: str, worker_kind: str, workdir: str,
+           version: Version) -> None:
+    """Process entry: run one server role, report ``(role, description, port, version)``
+    on ``out`` (``(role, error, 0, None)`` when it could not start)."""
+    try:
+        asyncio.run(_serve_async(role, out, worker_addr, worker_kind, Path(workdir), version))
+    except Exception as exc:
+        out.put((role, f"{type(exc).__name__}: {exc}", 0, None))
+        raise
 
 
-async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str) -> None:
+async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str,
+                       workdir: Path, version: Version) -> None:
     if role == "worker":
-        kind, port, stop = await _start_worker(worker_kind)
-        out.put((kind, port))
+        if worker_kind == "null":
+            desc, port, held, stop = await _start_null_worker(workdir)
+        else:
+            desc, port, held, stop = await _start_echo_worker()
+        out.put((role, desc, port, held))
         await asyncio.Event().wait()
         await stop()
     elif role == "proxy":
         server = grpc.aio.server(options=[("grpc.max_concurrent_streams", 1000)])
-        inference_pb2_grpc.add_InferenceServicer_to_server(BareProxy(worker_addr), server)
+        inference_pb2_grpc.add_InferenceServicer_to_server(BareProxy(worker_addr, version),
+                                                           server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        out.put(("proxy", port))
+        out.put((role, "bare pass-through proxy", port, version))
         await server.wait_for_termination()
     elif role == "gateway":
-        app = await _start_gateway(worker_addr)
-        out.put(("gateway", app.grpc_port))
+        app = await _start_gateway(worker_addr, version)
+        out.put((role, "gateway", app.grpc_port, version))
         await asyncio.Event().wait()
 
 
-async def _start_worker(kind: str) -> tuple[str, int, Callable[[], Any]]:
-    """The worker side: the echo worker (fixed tokens, no engine).
+Stop = Callable[[], Any]
 
-    The worker service's null engine (``loraplane.worker.null_engine``) had not landed
-    when this bench was written; ``--worker null`` fails until it is wired here.
-    """
-    if kind == "null":
-        raise SystemExit("--worker null: the worker's null engine is not wired into this bench")
+
+async def _start_echo_worker() -> tuple[str, int, Version, Stop]:
+    """``--worker echo``: the echo worker (fixed tokens; no worker service, no engine)."""
     from loraplane.gateway.echo_worker import EchoWorker, serve_echo_worker
 
-    worker = EchoWorker(worker_id="bench-worker", base_models=(BASE_MODEL,), hot={ENGINE_ID},
+    worker = EchoWorker(worker_id=WORKER_ID, base_models=(BASE_MODEL,), hot={ENGINE_ID},
                         record=False)
     server = await serve_echo_worker(worker)
     port = int(worker.address.rsplit(":", 1)[1])
-    return "echo worker (fixed tokens; WorkerInternal without an engine)", port, \
-        lambda: server.stop(0)
+    return "echo worker (fixed tokens; WorkerInternal without the worker service)", port, \
+        Version(), lambda: server.stop(0)
+
+
+class DirStore:
+    """The worker's object store over a local directory (``root/<bucket>/<key>``)."""
+
+    def __init__(self, root: Path) -> None:
+        """Objects live under ``root``."""
+        self.root = root
+
+    def list_objects(self, bucket: str, prefix: str) -> list[Any]:
+        """Every object whose key starts with ``prefix``."""
+        from loraplane.worker.store import ObjectInfo
+
+        base = self.root / bucket
+        return [ObjectInfo(p.relative_to(base).as_posix(), p.stat().st_size)
+                for p in sorted(base.rglob("*"))
+                if p.is_file() and p.relative_to(base).as_posix().startswith(prefix)]
+
+    def download(self, bucket: str, key: str, dest: Path, *,
+                 max_bytes: int | None = None) -> tuple[int, str]:
+        """Copy one object to ``dest``, hashing it (``(bytes, sha256 hex)``)."""
+        from loraplane.worker.errors import DownloadFailed
+        from loraplane.worker.store import write_hashed
+
+        if not (self.root / bucket / key).is_file():
+            raise DownloadFailed(f"no object {key}")
+        return write_hashed(self.iter_object(bucket, key), dest, max_bytes=max_bytes, what=key)
+
+    def iter_object(self, bucket: str, key: str) -> Iterator[bytes]:
+        """The object's bytes."""
+        yield (self.root / bucket / key).read_bytes()
+
+
+async def _start_null_worker(workdir: Path) -> tuple[str, int, Version, Stop]:
+    """``--worker null``: the worker service on its null engine, Kafka off, with the
+    bench's adapter signed, put in a directory object store and loaded HOT by a
+    ``LoadAdapter`` command through the worker's command executor."""
+    from loraplane.devkit.keys import write_dev_keys
+    from loraplane.shared.signing import sign_directory
+    from loraplane.shared.topics import new_meta
+    from loraplane.worker.app import WorkerApp
+    from loraplane.worker.lora_files import LlamaDims, write_lora
+    from loraplane.worker.null_engine import NullEngine
+    from loraplane.worker.settings import WorkerSettings
+
+    dims = LlamaDims(num_layers=2, hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64)
+    base = workdir / "base"
+    base.mkdir(parents=True)
+    (base / "config.json").write_text(json.dumps({
+        "num_hidden_layers": dims.num_layers, "hidden_size": dims.hidden,
+        "num_attention_heads": dims.heads, "num_key_value_heads": dims.kv_heads,
+        "head_dim": dims.head_dim, "intermediate_size": dims.intermediate}))
+    keys = write_dev_keys(workdir / "keys", seed=1, label="bench")
+    settings = WorkerSettings(
+        worker_id=WORKER_ID, worker_grpc_port=0, worker_metrics_port=0, base_model=BASE_MODEL,
+        base_model_dir=base, trusted_keys=str(keys.public_key), worker_host_dir=workdir / "host",
+    )
+    src = workdir / "src"
+    write_lora(src, dims, base_model=BASE_MODEL, rank=RANK, modules=("q_proj", "v_proj"))
+    signed = sign_directory(src, keys.private_key)
+    key = (f"{settings.artifact_prefix}/{TENANT}/{ADAPTER}/{VERSION}/"
+           f"{signed.manifest_digest[:16]}/")
+    shutil.copytree(src, workdir / "s3" / settings.artifact_bucket / key)
+    version = Version(engine_id=ENGINE_ID, sha256=signed.manifest_digest, rank=RANK,
+                      artifact_uri=f"s3://{settings.artifact_bucket}/{key}",
+                      size_bytes=signed.size_bytes)
+
+    engine = NullEngine(settings.limits, base, token_delay_s=0.0)
+    app = WorkerApp(settings, engine, store=DirStore(workdir / "s3"), kafka=False)
+    await app.start()
+    cmd = events_pb2.CacheCommand(
+        meta=new_meta("bench/gateway", _ref()), command_id=uuid.uuid4().hex, worker_id=WORKER_ID,
+        load=events_pb2.LoadAdapter(
+            target_tier=common_pb2.TIER_HOT, engine_id=version.engine_id,
+            artifact_uri=version.artifact_uri, sha256=version.sha256,
+            size_bytes=version.size_bytes, rank=version.rank))
+    report = await app.executor.execute(cmd)
+    if report is None or report.WhichOneof("report") != "loaded" \
+            or report.loaded.tier != common_pb2.TIER_HOT:
+        await app.stop(0)
+        raise RuntimeError(f"the worker did not load the bench adapter HOT: {report}")
+    port = int(app.grpc_address.rsplit(":", 1)[1])
+    return ("worker service on the null engine (WorkerApp + NullEngine, Kafka off; "
+            "adapter loaded HOT by a LoadAdapter command)"), port, version, \
+        lambda: app.stop(0)
 
 
 class BareProxy(inference_pb2_grpc.InferenceServicer):
     """Pass-through: every ``Inference.Generate`` becomes one ``WorkerInternal.Generate``."""
 
-    def __init__(self, worker_addr: str) -> None:
+    def __init__(self, worker_addr: str, version: Version) -> None:
         self.channel = grpc.aio.insecure_channel(worker_addr)
         self.stub = worker_pb2_grpc.WorkerInternalStub(self.channel)
+        self.version = version
 
     async def Generate(
         self, request: inference_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[inference_pb2.GenerateResponse]:
-        call = self.stub.Generate(_worker_request(request), timeout=context.time_remaining())
+        call = self.stub.Generate(_worker_request(request, self.version),
+                                  timeout=context.time_remaining())
         async for msg in call:
             yield msg
 
 
-async def _start_gateway(worker_addr: str) -> Any:
+async def _start_gateway(worker_addr: str, version: Version) -> Any:
     from loraplane.gateway.app import GatewayApp
     from loraplane.gateway.auth import key_hash
     from loraplane.gateway.catalog import VersionInfo
@@ -154,12 +275,13 @@ async def _start_gateway(worker_addr: str) -> Any:
     app = GatewayApp(settings, publisher=NullPublisher(), serve_metrics=False)
     g = app.gateway
     g.auth.add_key(TENANT, "bench-key", key_hash(API_KEY))
-    g.catalog.upsert_version(VersionInfo(TENANT, ADAPTER, VERSION, BASE_MODEL, ENGINE_ID,
-                                         "0" * 64, 8, "s3://bench/x/", 1000))
+    g.catalog.upsert_version(VersionInfo(TENANT, ADAPTER, VERSION, BASE_MODEL,
+                                         version.engine_id, version.sha256, version.rank,
+                                         version.artifact_uri, version.size_bytes))
     g.catalog.set_release(TENANT, ADAPTER, stable=VERSION, base_model=BASE_MODEL, at=1.0)
-    state = events_pb2.WorkerState(worker_id="bench-worker", base_models=[BASE_MODEL],
+    state = events_pb2.WorkerState(worker_id=WORKER_ID, base_models=[BASE_MODEL],
                                    grpc_address=worker_addr, seq=1, ready=True)
-    state.placements.add(engine_id=ENGINE_ID, tier=common_pb2.TIER_HOT)
+    state.placements.add(engine_id=version.engine_id, tier=common_pb2.TIER_HOT)
     g.placement.apply_state(state, time.time() + 1e6)  # never stale during the bench
     await app.start()
     return app
@@ -178,9 +300,9 @@ class PhaseResult:
     elapsed_s: float = 0.0
 
 
-def _client(conn: Connection, addrs: dict[str, str]) -> None:
+def _client(conn: Connection, addrs: dict[str, str], version: Version) -> None:
     """Process entry: run phases on command until told to stop."""
-    asyncio.run(_client_async(conn, addrs))
+    asyncio.run(_client_async(conn, addrs, version))
 
 
 async def _load(
@@ -190,6 +312,7 @@ async def _load(
     tokens: int,
     worker: worker_pb2_grpc.WorkerInternalStub,
     stubs: dict[str, inference_pb2_grpc.InferenceStub],
+    version: Version,
 ) -> PhaseResult:
     """``n`` streamed requests to ``target`` with ``concurrency`` in flight."""
     auth = (("authorization", f"Bearer {API_KEY}"),)
@@ -205,7 +328,7 @@ async def _load(
             first = 0.0
             try:
                 if target == "direct":
-                    call = worker.Generate(_worker_request(params), timeout=30)
+                    call = worker.Generate(_worker_request(params, version), timeout=30)
                 else:
                     call = stubs[target].Generate(params, metadata=auth, timeout=30)
                 async for _ in call:
@@ -224,7 +347,7 @@ async def _load(
     return result
 
 
-async def _client_async(conn: Connection, addrs: dict[str, str]) -> None:
+async def _client_async(conn: Connection, addrs: dict[str, str], version: Version) -> None:
     channels = {t: grpc.aio.insecure_channel(a) for t, a in addrs.items()}
     worker = worker_pb2_grpc.WorkerInternalStub(channels["direct"])
     stubs = {t: inference_pb2_grpc.InferenceStub(channels[t]) for t in ("proxy", "gateway")}
@@ -234,7 +357,7 @@ async def _client_async(conn: Connection, addrs: dict[str, str]) -> None:
         if cmd is None:
             break
         target, n, concurrency, tokens = cmd
-        result = await _load(target, n, concurrency, tokens, worker, stubs)
+        result = await _load(target, n, concurrency, tokens, worker, stubs, version)
         conn.send(result)
     for ch in channels.values():
         await ch.close()
@@ -287,35 +410,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throughput-concurrency", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=4, help="tokens streamed per request")
     ap.add_argument("--clients", type=int, default=2, help="load generator processes")
-    ap.add_argument("--worker", choices=("echo", "null"), default="echo")
+    ap.add_argument("--worker", choices=WORKERS, default="null",
+                    help="null: the worker service on its null engine; echo: the echo worker")
     ap.add_argument("--out", type=Path, default=Path(".loraplane/bench/gateway.json"))
     args = ap.parse_args(argv)
 
     ctx = mp.get_context("spawn")
     procs: list[Any] = []
+    workdir = tempfile.mkdtemp(prefix="loraplane-bench-gateway-")
     try:
         q = ctx.Queue()
-        wp = ctx.Process(target=_serve, args=("worker", q, "", args.worker), daemon=True)
-        wp.start()
-        procs.append(wp)
-        worker_kind, worker_port = q.get(timeout=120)
-        worker_addr = f"127.0.0.1:{worker_port}"
-        ports = {}
-        assert wp.pid is not None
-        pids: dict[str, int] = {"direct": wp.pid}
-        for role in ("proxy", "gateway"):
-            p = ctx.Process(target=_serve, args=(role, q, worker_addr, args.worker), daemon=True)
+
+        def start(role: str, worker_addr: str, version: Version) -> tuple[str, int, Version]:
+            p = ctx.Process(target=_serve, daemon=True,
+                            args=(role, q, worker_addr, args.worker, workdir, version))
             p.start()
             procs.append(p)
-            name, port = q.get(timeout=120)
-            ports[name] = port
+            name, desc, port, held = q.get(timeout=120)
+            if held is None:
+                raise SystemExit(f"bench {name} did not start: {desc}")
             assert p.pid is not None
-            pids[name] = p.pid
+            pids["direct" if role == "worker" else role] = p.pid
+            return desc, port, held
+
+        pids: dict[str, int] = {}
+        worker_kind, worker_port, version = start("worker", "", Version())
+        worker_addr = f"127.0.0.1:{worker_port}"
+        ports = {role: start(role, worker_addr, version)[1] for role in ("proxy", "gateway")}
         addrs = {"direct": worker_addr, **{k: f"127.0.0.1:{v}" for k, v in ports.items()}}
         clients: list[Connection] = []
         for _ in range(args.clients):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_client, args=(child, addrs), daemon=True)
+            p = ctx.Process(target=_client, args=(child, addrs, version), daemon=True)
             p.start()
             procs.append(p)
             clients.append(parent)
@@ -350,9 +476,11 @@ def main(argv: list[str] | None = None) -> int:
                 p.terminate()
         for p in procs:
             p.join(5)
+        shutil.rmtree(workdir, ignore_errors=True)
 
     report: dict[str, Any] = {
         "worker": worker_kind,
+        "worker_kind": args.worker,
         "tokens_per_request": args.tokens,
         "latency_concurrency": args.latency_concurrency,
         "throughput_concurrency": args.throughput_concurrency,
