@@ -38,8 +38,8 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
     ("Refused before resolution", "reqps", [
         ("sum by (reason) (rate(loraplane_gateway_refused_total[5m]))", "{{reason}}")]),
     ("HOT hit ratio per version", "percentunit", [
-        (f"sum by (tenant, adapter, version) (rate(loraplane_cache_requests_total{{tier=\"hot\", {SEL}}}[5m]))"
-         f" / sum by (tenant, adapter, version) (rate(loraplane_cache_requests_total{{{SEL}}}[5m]))",
+        ((f"sum by (tenant, adapter, version) (rate(loraplane_cache_requests_total{{tier=\"hot\", {SEL}}}[5m]))"
+          f" / sum by (tenant, adapter, version) (rate(loraplane_cache_requests_total{{{SEL}}}[5m]))"),
          "{{tenant}}/{{adapter}}@{{version}}")]),
     ("Worker TTFT p99 by tier", "s", [
         (f"histogram_quantile(0.99, sum by (le, tier) (rate(loraplane_worker_ttft_seconds_bucket{{{WSEL}}}[5m])))",

@@ -7,7 +7,6 @@ import typer
 from loraplane.stack.settings import StackSettings
 from loraplane.stack.supervisor import Supervisor, full_status, run_foreground
 
-
 _seeded: dict[str, object] = {}
 
 

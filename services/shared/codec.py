@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
+
 from loraplane.shared.errors import InvalidArgument
 from loraplane.shared.topics import event_meta, topic_spec
 

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 
 from google.protobuf.message import Message
+
 from loraplane.shared.errors import InvalidArgument
 from loraplane.v1 import common_pb2, events_pb2
 

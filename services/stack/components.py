@@ -50,7 +50,7 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, log: Path | N
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001 - a failing probe just means "not yet"
+        except Exception:  # noqa: BLE001, S110 - a failing probe just means "not yet"
             pass
         time.sleep(0.2)
     tail = ""
@@ -141,7 +141,7 @@ class Component:
         if not Path(cmd[0]).exists() and shutil.which(cmd[0]) is None:
             raise StackError(f"{self.name}: binary {cmd[0]} not found (run `make install`)")
         with open(self.log, "ab") as logf:
-            proc = subprocess.Popen(  # noqa: S603 - fixed argv
+            proc = subprocess.Popen(
                 cmd,
                 stdout=logf,
                 stderr=subprocess.STDOUT,
@@ -276,7 +276,7 @@ class SeaweedFS(Component):
             f"-s3.config={self.s3_config}",
         ]
 
-    def client(self):  # noqa: ANN201 - minio.Minio
+    def client(self):
         from minio import Minio
 
         return Minio(
@@ -374,11 +374,9 @@ def kafka_api_versions_ok(port: int, timeout: float = 1.0) -> bool:
 def _traversable_by_others(path: Path) -> bool:
     """True when every existing ancestor of ``path`` lets other users traverse it."""
     p = path.resolve()
-    for part in [p, *p.parents]:
-        if part.exists():
-            if not part.stat().st_mode & stat.S_IXOTH:
-                return False
-    return True
+    return all(
+        part.stat().st_mode & stat.S_IXOTH for part in [p, *p.parents] if part.exists()
+    )
 
 
 def _pg_bindir() -> Path | None:

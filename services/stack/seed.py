@@ -52,20 +52,24 @@ def seed_platform(manifest: DemoManifest, env: dict[str, str],
     """Tenants, keys and releases through the registry; returns demo.env entries."""
     if not _service_running("registry"):
         return {}
-    from loraplane.registry.client import RegistryClient, release_adapter, s3_client, \
-        wait_for_verdict
+    from loraplane.registry.client import (
+        RegistryClient,
+        release_adapter,
+        s3_client,
+        wait_for_verdict,
+    )
     from loraplane.registry.settings import RegistryClientSettings
     from loraplane.shared.catalogue import load_catalogue
     from loraplane.stack.settings import repo_root
 
-    settings = RegistryClientSettings(**{  # type: ignore[arg-type]
-        "registry_addr": env["LORAPLANE_REGISTRY_ADDR"],
-        "registry_operator_token": env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"],
-        "registry_actor": "make-run/seed",
-        "s3_endpoint": env["LORAPLANE_S3_ENDPOINT"],
-        "s3_access_key": env["LORAPLANE_S3_ACCESS_KEY"],
-        "s3_secret_key": env["LORAPLANE_S3_SECRET_KEY"],
-    })
+    settings = RegistryClientSettings(
+        registry_addr=env["LORAPLANE_REGISTRY_ADDR"],
+        registry_operator_token=env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"],  # type: ignore[arg-type]
+        registry_actor="make-run/seed",
+        s3_endpoint=env["LORAPLANE_S3_ENDPOINT"],
+        s3_access_key=env["LORAPLANE_S3_ACCESS_KEY"],
+        s3_secret_key=env["LORAPLANE_S3_SECRET_KEY"],
+    )
     catalogue = load_catalogue(repo_root() / "config" / "base_models.yaml")
     out: dict[str, str] = {}
     with RegistryClient.from_settings(settings) as reg:

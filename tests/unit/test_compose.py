@@ -109,5 +109,5 @@ def test_infra_services_are_pinned_images() -> None:
 
 def test_prometheus_rules_are_valid() -> None:
     out = subprocess.run(["promtool", "check", "rules", str(ROOT / "infra/prometheus/rules.yml")],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -57,7 +57,7 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
             raise AssertionError(f"loraplane run never became ready:\n{out}")
 
         status = subprocess.run([_cli(), "status"], env=env, capture_output=True, text=True,
-                                timeout=60)
+                                timeout=60, check=False)
         assert status.returncode == 0, status.stdout + status.stderr
         lines = status.stdout.strip().splitlines()
         expected = 4 + len(existing_services())
@@ -82,5 +82,6 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
     assert not still, f"ports still listening after Ctrl-C: {still}"
     pids = [f for f in (tmp_path / "stack" / "run").glob("*.pid")]
     assert not pids, f"pid files left behind: {pids}"
-    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True,
+                               check=False)
     assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"

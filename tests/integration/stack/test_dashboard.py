@@ -17,7 +17,7 @@ from loraplane.stack.stack import Stack
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _gen():  # noqa: ANN202 - module
+def _gen():
     spec = importlib.util.spec_from_file_location("gen_dashboard", ROOT / "scripts/gen_dashboard.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)

@@ -9,7 +9,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from loraplane.stack.stack import Stack
 
-FAST_GROUP = dict(session_timeout_ms=6000, heartbeat_interval_ms=500, rebalance_timeout_ms=1000)
+FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "rebalance_timeout_ms": 1000}
 
 
 async def _create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
