@@ -12,6 +12,7 @@ import pytest
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
 from google.protobuf.message import Message
+
 from loraplane.shared import codec, topics
 from loraplane.v1 import common_pb2, events_pb2
 

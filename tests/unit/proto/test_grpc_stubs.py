@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import grpc
+
 from loraplane.v1 import (
     common_pb2,
     events_pb2,

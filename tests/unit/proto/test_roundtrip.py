@@ -9,6 +9,7 @@ import grpc
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, OneofDescriptor
 from google.protobuf.message import Message
+
 from loraplane.shared import codec, topics
 from loraplane.v1 import common_pb2, events_pb2
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from google.protobuf.message import Message
+
 from loraplane.shared import topics
 from loraplane.v1 import common_pb2, events_pb2
 
