@@ -142,6 +142,35 @@ def bench_apply(n_batches: int, per_batch: int, n_versions: int) -> dict[str, An
 # --------------------------------------------------------------------------- over the broker
 
 
+def _events(m: Any, topic: str) -> float:
+    """Events of ``topic`` the manager process has applied or found duplicate."""
+    total = 0.0
+    try:
+        lines = m.metric_lines("loraplane_cache_events_total")
+    except OSError:
+        return 0.0
+    for line in lines:
+        if f'topic="{topic}"' in line:
+            total += float(line.split()[-1])
+    return total
+
+
+async def _caught_up(m: Any, quiet_s: float = 1.5, timeout_s: float = 600.0) -> dict[str, float]:
+    """Wait until no more retained heat is being replayed; returns how much and how fast."""
+    start = time.perf_counter()
+    last, last_change = -1.0, time.perf_counter()
+    while time.perf_counter() - start < timeout_s:
+        n = _events(m, topics.ADAPTER_HEAT)
+        if n != last:
+            last, last_change = n, time.perf_counter()
+        elif time.perf_counter() - last_change > quiet_s:
+            break
+        await asyncio.sleep(0.1)
+    span = max(last_change - start, 1e-9)
+    return {"replayed_heat_batches": last, "replay_s": span,
+            "replay_batches_per_s": last / span if last > 0 else 0.0}
+
+
 async def bench_e2e(settings: CommonSettings, bursts: int, backlog: int, per_batch: int
                     ) -> dict[str, Any]:
     """A real manager process on the stack: decision latency and heat throughput."""
@@ -164,8 +193,13 @@ async def bench_e2e(settings: CommonSettings, bursts: int, backlog: int, per_bat
     responder = Responder(bus, worker).start()
     out: dict[str, Any] = {}
     try:
-        m = launcher.start(LORAPLANE_CACHE_MANAGER_TICK_S="2")
+        slow_broker = {"LORAPLANE_CACHE_MANAGER_TICK_S": "2",
+                       "LORAPLANE_CACHE_MANAGER_WORKER_TIMEOUT_S": "30"}
+        m = launcher.start(**slow_broker)
         await m.wait_planning(timeout=60)
+        # A new deployment reads the retained history first: wait until it caught up.
+        caught_up = await _caught_up(m)
+        out["catch_up"] = caught_up
         # Decision latency: burst published -> load command read back.
         lat: list[float] = []
         for r in refs:
@@ -192,18 +226,10 @@ async def bench_e2e(settings: CommonSettings, bursts: int, backlog: int, per_bat
         t_pub = time.perf_counter()
         await bus.publish(*batches)
         pub_s = time.perf_counter() - t_pub
-        metric = 'loraplane_cache_events_total{result="applied",topic="adapter.heat"}'
-        m2 = launcher.start(LORAPLANE_CACHE_MANAGER_TICK_S="2")
+        m2 = launcher.start(**slow_broker)
 
         def applied() -> float:
-            try:
-                lines = m2.metric_lines("loraplane_cache_events_total")
-            except OSError:
-                return 0.0
-            for line in lines:
-                if line.startswith(metric):
-                    return float(line.split()[-1])
-            return 0.0
+            return _events(m2, topics.ADAPTER_HEAT)
 
         t_first = t_end = None
         deadline = time.perf_counter() + 300

@@ -38,7 +38,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from loraplane.cache_manager import store
 from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.election import LeaderLock
-from loraplane.cache_manager.kafka_io import CommandSink, EventSource
+from loraplane.cache_manager.kafka_io import INPUT_TOPICS, CommandSink, EventSource
 from loraplane.cache_manager.messages import build_command
 from loraplane.cache_manager.metrics import CacheMetrics, StateCollector
 from loraplane.cache_manager.model import CommandKind
@@ -48,6 +48,7 @@ from loraplane.cache_manager.shadow import GrpcShadowRunner, ShadowRunner
 from loraplane.cache_manager.tracker import Resolution
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.factory import make_policy
+from loraplane.shared import topics
 from loraplane.shared.db import create_pool
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import events_pb2, worker_pb2, worker_pb2_grpc
@@ -59,6 +60,13 @@ IMMEDIATE_TRIGGERS = frozenset({
     "worker_restarted", "worker_back", "worker_synced",
 })
 """Triggers that start a round now rather than at the next tick."""
+
+
+SOURCES: dict[str, tuple[str, ...]] = {
+    "control": tuple(t for t in INPUT_TOPICS if t != topics.ADAPTER_HEAT),
+    "heat": (topics.ADAPTER_HEAT,),
+}
+"""The two consumers of the leader and their topics."""
 
 
 class LostLeadership(Exception):
@@ -131,7 +139,10 @@ class CacheManagerService:
         self._trigger_at: float | None = None
         self._trigger_cause = ""
         self._unresolved: set[str] = set()
-        self._source: EventSource | None = None
+        self._sources: dict[str, EventSource] = {}
+        """``control`` (worker reports, registry events, prewarm) and ``heat``: two consumers,
+        so command answers and snapshots never wait behind a backlog of heat."""
+        self._recreating = False
         self._shadow_tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
@@ -169,7 +180,6 @@ class CacheManagerService:
         )
         deployment = s.cache_manager_consumer_group
         pool = await create_pool(s.postgres_dsn, min_size=1, max_size=4)
-        source = EventSource(s.kafka_bootstrap, s.cache_manager_consumer_group)
         sink = CommandSink(s.kafka_bootstrap)
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -180,8 +190,8 @@ class CacheManagerService:
                     await store.load_stats(conn, deployment, core.state.tau_s))
                 known = await store.load_workers(
                     conn, deployment, max_age_s=s.cache_manager_worker_timeout_s)
-            await source.start()
-            self._source = source
+            for name in SOURCES:
+                self._sources[name] = await self._new_source(name)
             await sink.start()
             self.core = core
             self.ready = False
@@ -193,7 +203,8 @@ class CacheManagerService:
                      sum(1 for w in known if (v := core.state.workers.get(w)) and v.synced),
                      time.perf_counter() - started)
             tasks = [
-                asyncio.create_task(self._consume(core), name="cm-consume"),
+                *(asyncio.create_task(self._consume(core, name), name=f"cm-consume-{name}")
+                  for name in SOURCES),
                 asyncio.create_task(self._decide(core, lock, sink, known, ready_by, started),
                                     name="cm-decide"),
                 asyncio.create_task(self._housekeeping(core, lock, pool), name="cm-house"),
@@ -213,11 +224,11 @@ class CacheManagerService:
             if self.core is core:
                 with contextlib.suppress(Exception):
                     await self._flush(core, pool)
-            if self._source is not None:
+            for source in self._sources.values():
                 with contextlib.suppress(Exception):
-                    await self._source.commit()
-                await self._source.stop()
-                self._source = None
+                    await source.commit()
+                await source.stop()
+            self._sources = {}
             await sink.stop()
             await pool.close()
 
@@ -241,27 +252,39 @@ class CacheManagerService:
 
     # ------------------------------------------------------------------ consume
 
-    async def _consume(self, core: CacheCore) -> None:
+    async def _new_source(self, name: str) -> EventSource:
+        s = self.settings
+        source = EventSource(s.kafka_bootstrap, s.cache_manager_consumer_group,
+                             topics_=SOURCES[name])
+        await source.start()
+        return source
+
+    async def _consume(self, core: CacheCore, name: str) -> None:
         s = self.settings
         last_record = time.monotonic()
         while True:
-            source = self._source
-            assert source is not None
+            source = self._sources.get(name)
+            if source is None:  # being recreated by the other consumer task
+                await asyncio.sleep(0.1)
+                continue
             try:
                 batch = await source.poll(timeout_ms=500)
             except Exception as exc:  # noqa: BLE001 - recreate the consumer
-                log.warning("consumer error, recreating: %s", exc)
-                await self._recreate_source()
+                if self._sources.get(name) is source:
+                    log.warning("%s consumer error, recreating: %s", name, exc)
+                    await self._recreate_sources()
                 last_record = time.monotonic()
                 continue
             now = self.clock()
             if batch:
                 last_record = time.monotonic()
-            elif time.monotonic() - last_record > s.cache_manager_consumer_stall_s and any(
-                    w.alive for w in core.state.workers.values()):
-                log.warning("no record for %.0fs while workers are alive: recreating consumer",
+            elif name == "control" and time.monotonic() - last_record > \
+                    s.cache_manager_consumer_stall_s and any(
+                        w.alive for w in core.state.workers.values()):
+                # Workers report every few seconds: silence means a consumer gone deaf.
+                log.warning("no record for %.0fs while workers are alive: recreating consumers",
                             s.cache_manager_consumer_stall_s)
-                await self._recreate_source()
+                await self._recreate_sources()
                 last_record = time.monotonic()
                 continue
             for rec in batch:
@@ -274,30 +297,38 @@ class CacheManagerService:
                     rec.topic, "duplicate" if applied.duplicate else "applied").inc()
                 if applied.unresolved:
                     self._unresolved.update(applied.unresolved)
-                self._resolutions(core, result.resolutions)
-                if any(t in IMMEDIATE_TRIGGERS for t in applied.triggers):
+                if result.resolutions:
+                    self._resolutions(core, result.resolutions)
+                if applied.triggers and any(t in IMMEDIATE_TRIGGERS for t in applied.triggers):
                     if self._trigger_at is None:
                         self._trigger_at = time.perf_counter()
                         self._trigger_cause = applied.triggers[0]
                     self._trigger.set()
+            if batch:
+                await asyncio.sleep(0)  # let the other consumer and the planner run
 
-    async def _recreate_source(self) -> None:
-        s = self.settings
-        self.metrics.consumer_restarts.inc()
-        old = self._source
-        if old is not None:
-            await old.stop()
-        while True:
-            source = EventSource(s.kafka_bootstrap, s.cache_manager_consumer_group)
-            try:
-                await source.start()
-            except Exception as exc:  # noqa: BLE001 - broker still away: retry
-                log.info("consumer restart failed: %s", exc)
-                await source.stop()
-                await asyncio.sleep(1.0)
-                continue
-            self._source = source
+    async def _recreate_sources(self) -> None:
+        """Recreate both consumers (after a broker loss both may be deaf); retries until up."""
+        if self._recreating:
             return
+        self._recreating = True
+        try:
+            self.metrics.consumer_restarts.inc()
+            old, self._sources = self._sources, {}
+            for source in old.values():
+                await source.stop()
+            fresh: dict[str, EventSource] = {}
+            for name in SOURCES:
+                while True:
+                    try:
+                        fresh[name] = await self._new_source(name)
+                        break
+                    except Exception as exc:  # noqa: BLE001 - broker still away: retry
+                        log.info("%s consumer restart failed: %s", name, exc)
+                        await asyncio.sleep(1.0)
+            self._sources = fresh
+        finally:
+            self._recreating = False
 
     def _resolutions(self, core: CacheCore, resolutions: list[Resolution]) -> None:
         for res in resolutions:
@@ -424,12 +455,13 @@ class CacheManagerService:
                 due["lock"] = now + s.cache_manager_leader_poll_s
                 if not await lock.still_held():
                     raise LostLeadership()
-            if now >= due["commit"] and self._source is not None:
+            if now >= due["commit"]:
                 due["commit"] = now + s.cache_manager_commit_interval_s
-                try:
-                    await self._source.commit()
-                except Exception as exc:  # noqa: BLE001 - retried next period
-                    log.info("offset commit failed: %s", exc)
+                for source in list(self._sources.values()):
+                    try:
+                        await source.commit()
+                    except Exception as exc:  # noqa: BLE001 - retried next period
+                        log.info("offset commit failed: %s", exc)
             if self._unresolved:
                 wanted, self._unresolved = self._unresolved, set()
                 await self._guarded(self._resolve(core, pool, wanted))

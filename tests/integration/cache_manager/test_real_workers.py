@@ -301,3 +301,33 @@ async def test_real_worker_restart_is_reconciled_and_leader_kill_hands_over(
     finally:
         managers.stop_all()
 
+
+
+async def test_staged_canary_is_warmed_and_exercised_with_the_golden_set(
+    env: Env, bus: Bus, tenant: Tenant, worker: RealWorker, tmp_path: Path, unique: str
+) -> None:
+    await tenant.register(0)  # the stable version
+    canary = await tenant.register(1, status="admitted")
+    managers = _launcher(env, tenant, tmp_path, unique)
+    try:
+        cm = managers.start(rules={"canary": {"golden_set": ["Hello there", "What is 2+2?"],
+                                              "golden_max_tokens": 4}})
+        await cm.wait_planning()
+        await bus.publish(ev.canary(canary, 0, time.time()))  # staged: no traffic yet
+        [load] = await bus.wait_for(is_cmd("load_hot", canary, worker.worker_id), timeout=10)
+        assert load.reason.startswith("canary_warmup")
+        await _wait_hot(worker, [canary])
+
+        def shadow(result: str) -> float:
+            for line in cm.metric_lines("loraplane_cache_shadow_requests_total"):
+                if f'result="{result}"' in line:
+                    return float(line.split()[-1])
+            return 0.0
+
+        start = time.monotonic()
+        while shadow("ok") < 2 and time.monotonic() - start < 20:
+            await asyncio.sleep(0.1)
+        assert (shadow("ok"), shadow("failed")) == (2.0, 0.0)
+        assert not bus.matching(is_cmd("demote", canary))
+    finally:
+        managers.stop_all()

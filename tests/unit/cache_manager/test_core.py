@@ -323,3 +323,45 @@ def test_policy_warmup_load_of_a_canary_is_explained_as_canary_warmup() -> None:
     assert kinds(res) == [("load_hot", "w1", A.version_id)]
     d = res.issued[0].decision
     assert d.reason == "canary_warmup" and "scheduled_warmup" in d.detail and d.policy == "scripted"
+
+
+def test_scheduled_window_requires_hot_replicas_only_while_open() -> None:
+    rules = rules_from_mapping({
+        "demand": {"enabled": False},
+        "schedules": [{"name": "office", "tenant": "acme", "adapter": "a", "start": "08:00",
+                       "end": "10:00", "timezone": "UTC", "hot_replicas": 2,
+                       "lead_minutes": 0}],
+    })
+    core = make_core(rules=rules)
+    day = T0 - T0 % 86400  # midnight UTC
+    before, during = day + 7 * 3600, day + 8 * 3600 + 60
+    setup(core, ev.WorkerSpec("w1"), ev.WorkerSpec("w2"), t=before)
+    core.apply(ev.promoted(A, before), before)  # stable: what a schedule without version warms
+    assert core.round(before).issued == []
+    for i, w in enumerate(("w1", "w2")):
+        core.apply(ev.snapshot(ev.WorkerSpec(w), 2 + i, during), during)
+    res = core.round(during)
+    assert sorted(kinds(res)) == [("load_hot", "w1", A.version_id),
+                                  ("load_hot", "w2", A.version_id)]
+    assert {i.decision.reason for i in res.issued} == {"scheduled_warmup"}
+
+
+def test_canary_failing_its_golden_set_is_demoted_and_placed_elsewhere() -> None:
+    core = make_core()
+    setup(core, ev.WorkerSpec("w1"), ev.WorkerSpec("w2"))
+    core.apply(ev.canary(A, 0, T0), T0)
+    first = core.round(T0 + 1)
+    [load] = first.issued
+    bad = load.pending.spec.worker_id
+    answer_all(core, first, T0 + 1)
+    core.shadow_failed(bad, A.version_id, T0 + 2, "2 of 2 failed")
+    res = core.round(T0 + 3)
+    assert ("demote", bad, A.version_id) in kinds(res)
+    assert res.issued[0].decision.reason == "golden_set_failed"
+    answer_all(core, res, T0 + 3)
+    other = "w2" if bad == "w1" else "w1"
+    res = core.round(T0 + 4)
+    assert kinds(res) == [("load_hot", other, A.version_id)]
+    answer_all(core, res, T0 + 4)
+    assert all(s.kind.value != "load_hot" or s.worker_id != bad
+               for s in (i.pending.spec for i in core.round(T0 + 5).issued))
