@@ -40,13 +40,14 @@ def core_with_state() -> CacheCore:
 @pytest.fixture
 async def api() -> AsyncIterator[tuple[cache_pb2_grpc.CacheManagerStub, dict[str, object]]]:
     holder: dict[str, object] = {"core": core_with_state()}
-    servicer = CacheManagerApi(lambda: holder["core"], "test-instance")  # type: ignore[arg-type, return-value]
+    servicer = CacheManagerApi(lambda: holder["core"], "test-instance")  # type: ignore[return-value, arg-type]
     server = build_server(
         [Service(cache_pb2_grpc.add_CacheManagerServicer_to_server, servicer,
                  "loraplane.v1.CacheManager")],
         port=0, metrics=RpcMetrics.for_registry(CollectorRegistry()),
     )
     await server.start()
+    holder["port"] = server.port
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
     try:
         yield cache_pb2_grpc.CacheManagerStub(channel), holder
@@ -128,3 +129,26 @@ def test_command_messages(kind: CommandKind, arm: str, tier: int | None) -> None
         assert body.sha256 and body.artifact_uri and body.size_bytes and body.rank
     if arm == "evict":
         assert body.to_tier == tier
+
+
+async def test_cli_status_and_placement(api: tuple[object, dict[str, object]],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from loraplane.cache_manager.cli import app
+
+    _, holder = api
+    addr = f"127.0.0.1:{holder['port']}"
+    runner = CliRunner()
+    status = await asyncio.to_thread(runner.invoke, app, ["status", "--addr", addr, "-n", "5"])
+    assert status.exit_code == 0, status.output
+    assert "w1" in status.output and "w2" in status.output and "recent decisions" in status.output
+    placement = await asyncio.to_thread(runner.invoke, app,
+                                        ["placement", "acme/a@v1", "--addr", addr])
+    assert placement.exit_code == 0, placement.output
+    lines = placement.output.strip().splitlines()
+    assert lines[0].startswith("w1") and "HOT" in lines[0] and "WARM" in lines[1]
+    missing = await asyncio.to_thread(runner.invoke, app, ["placement", "bad-id", "--addr", addr])
+    assert missing.exit_code != 0
