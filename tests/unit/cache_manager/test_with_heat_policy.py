@@ -76,3 +76,21 @@ def test_host_pressure_evicts_in_policy_order_and_keeps_platinum_and_canary() ->
     assert worker.tier_of(hot.version_id) is Tier.HOT
     used = sum(p.size_bytes for p in worker.placements.values())
     assert used <= 120 * MB
+
+
+def test_platinum_and_hottest_versions_get_min_hot_replicas() -> None:
+    core = heat_core()
+    plat, hot, lukewarm = ev.ref("plat"), ev.ref("hot"), ev.ref("luke")
+    core.apply(ev.admitted(plat, 1, T0, priority=common_pb2.PRIORITY_PLATINUM), T0)
+    core.apply(ev.admitted(hot, 2, T0), T0)
+    core.apply(ev.admitted(lukewarm, 3, T0), T0)
+    for w in ("w1", "w2", "w3"):
+        core.apply(ev.snapshot(ev.WorkerSpec(w, slots=4), 1, T0), T0)
+    core.apply(ev.heat(plat, 2, T0), T0)
+    core.apply(ev.heat(hot, 200, T0), T0)
+    core.apply(ev.heat(lukewarm, 1, T0 - 500), T0)
+    settle(core, T0 + 1)
+    replicas = {r.adapter_name: sum(w.tier_of(r.version_id) is Tier.HOT
+                                    for w in core.state.workers.values())
+                for r in (plat, hot, lukewarm)}
+    assert replicas["plat"] >= 2 and replicas["hot"] >= 2, replicas  # min_hot_replicas: 2
