@@ -48,7 +48,9 @@ stack-down: install ## stop the embedded stack
 demo: install ## build the tiny base model and the signed demo adapters (cached in .loraplane/models)
 	$(LP) demo build
 
-test: install ## install what is missing, start the test stack once, run the whole suite, stop the stack
+test: install ## install what is missing, lint, start the test stack once, run the whole suite, stop the stack
+	$(PY) -m ruff check services tests scripts
+	$(PY) scripts/gen_proto.py --check
 	@set -o pipefail; rc=0; $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
 	  $(LP) stack down --profile test >/dev/null 2>&1 || true; exit $$rc
 

@@ -3,7 +3,7 @@
 # then stop it:  scripts/with_stack.sh python -m loraplane.registry.bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export LORAPLANE_STACK_PORT_BASE=${LORAPLANE_STACK_PORT_BASE:-35000}
+export LORAPLANE_STACK_PORT_BASE=${LORAPLANE_STACK_PORT_BASE:-25000}
 export LORAPLANE_STACK_DATA_DIR=${LORAPLANE_STACK_DATA_DIR:-$PWD/.loraplane/bench-stack}
 LP=.venv/bin/loraplane
 trap '$LP stack down >/dev/null 2>&1 || true' EXIT

@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--s3-access-key", default="loraplane")
     parser.add_argument("--s3-secret-key", default="loraplane-dev-secret")
     parser.add_argument("--verbose", action="store_true", help="print every repetition")
-    parser.add_argument("--port-base", type=int, default=43800,
+    parser.add_argument("--port-base", type=int, default=26000,
                         help="port block of the private SeaweedFS (default %(default)s)")
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.sizes_mb.split(",") if x.strip()]

@@ -31,15 +31,15 @@ def _cli() -> str:
 def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
     env = dict(os.environ)
     env.update(
-        LORAPLANE_STACK_PORT_BASE="33000",
+        LORAPLANE_STACK_PORT_BASE="23000",
         LORAPLANE_STACK_DATA_DIR=str(tmp_path / "stack"),
         LORAPLANE_STACK_DEMO_ENV_FILE=str(tmp_path / "demo.env"),
     )
-    settings = StackSettings(profile="run", port_base=33000, data_dir=tmp_path / "stack")
+    settings = StackSettings(profile="run", port_base=23000, data_dir=tmp_path / "stack")
     ports = [getattr(settings, name) for name in PORT_OFFSETS]
     for svc in existing_services():
         ports.extend(svc.ports(settings).values())
-    assert not any(port_in_use(p) for p in ports), "port block 33000 is busy before the test"
+    assert not any(port_in_use(p) for p in ports), "port block 23000 is busy before the test"
 
     log = open(tmp_path / "run.log", "w+b")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([_cli(), "run"], env=env, stdout=log, stderr=subprocess.STDOUT,

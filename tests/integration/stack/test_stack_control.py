@@ -19,16 +19,16 @@ def test_status_reports_every_component_healthy(stack: Stack) -> None:
 
 
 def test_taken_port_names_the_component(tmp_path: Path) -> None:
-    s = StackSettings(profile="test", port_base=39500, data_dir=tmp_path)
+    s = StackSettings(profile="test", port_base=27500, data_dir=tmp_path)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", s.s3_port))
         sock.listen(1)
-        with pytest.raises(StackError, match=r"seaweedfs: port 39503 \(s3_port\) is already taken"):
+        with pytest.raises(StackError, match=r"seaweedfs: port 27503 \(s3_port\) is already taken"):
             SeaweedFS(s).start()
 
 
 def test_missing_binary_names_the_component(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = StackSettings(profile="test", port_base=39600, data_dir=tmp_path)
+    s = StackSettings(profile="test", port_base=27600, data_dir=tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     comp = Prometheus(s)
     monkeypatch.setattr(comp, "command", lambda: [str(tmp_path / "no-such-prometheus")])
