@@ -8,7 +8,8 @@ from loraplane.shared.migrations import dbmate, migration_files
 from loraplane.stack.stack import Stack
 
 TABLES = {"tenants", "api_keys", "adapters", "adapter_versions", "release_pointers",
-          "adapter_shares", "audit_log", "outbox", "processed_events"}
+          "adapter_shares", "audit_log", "outbox", "processed_events",
+          "admission_verdicts", "cache_workers", "cache_version_stats"}
 
 
 async def _tables(dsn: str) -> set[str]:
