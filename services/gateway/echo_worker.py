@@ -42,6 +42,9 @@ class EchoWorker(worker_pb2_grpc.WorkerInternalServicer):
     """Pause between tokens (0 = none)."""
     fail_with: grpc.StatusCode | None = None
     """Fail every call with this status before the first message."""
+    fail_reason: str = ""
+    """With ``fail_with``: the ``loraplane-reason`` trailing metadata to send (e.g.
+    ``draining``), as the real worker's error interceptor does."""
     requests: list[worker_pb2.WorkerGenerateRequest] = field(default_factory=list)
     """Requests received (when ``record`` is set)."""
     record: bool = True
@@ -58,6 +61,8 @@ class EchoWorker(worker_pb2_grpc.WorkerInternalServicer):
         if self.record:
             self.requests.append(request)
         if self.fail_with is not None:
+            if self.fail_reason:
+                context.set_trailing_metadata((("loraplane-reason", self.fail_reason),))
             await context.abort(self.fail_with, f"{self.worker_id} fails on purpose")
         tier = common_pb2.TIER_HOT
         if not request.use_base and request.engine_id not in self.hot:

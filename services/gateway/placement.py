@@ -201,6 +201,13 @@ class PlacementView:
         """Whether the version is HOT or WARM on some routable worker."""
         return any(engine_id in w.tiers for w in self.routable(base_model))
 
+    def forget_version(self, worker_id: str, engine_id: int) -> None:
+        """The worker said it does not serve ``engine_id`` now (evicting, evicted): treat it
+        as COLD there until the worker's next report says otherwise."""
+        w = self._workers.get(worker_id)
+        if w is not None and w.tiers.pop(engine_id, None) is not None:
+            self._changed()
+
     def tier(self, worker_id: str, engine_id: int) -> int:
         """Tier of a version on a worker (TIER_COLD when absent)."""
         w = self._workers.get(worker_id)

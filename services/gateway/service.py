@@ -71,11 +71,21 @@ from loraplane.gateway.names import check_adapter_name, is_base_model
 from loraplane.gateway.placement import LocalLoad, PlacementView, WorkerView, worker_options
 from loraplane.gateway.resolution import resolve
 from loraplane.shared.errors import InvalidArgument, LoraplaneError
+from loraplane.shared.grpcutil import REASON_METADATA
 from loraplane.v1 import common_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
 
 BASE_LABEL = "_base"
 """``adapter`` metric label of base-model requests."""
 MAX_ROUTE_ATTEMPTS = 2
+VERSION_LEVEL_REASONS = frozenset({"draining", "cold", "in_use"})
+"""Worker refusals about one version (not the worker): re-plan, never mark the worker down."""
+
+
+def _trailing(err: grpc.aio.AioRpcError, key: str) -> str:
+    for k, v in err.trailing_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode()
+    return ""
 """Workers tried for one request when a worker is UNAVAILABLE before its first token."""
 MAX_STOP_STRINGS = 16
 """Stop strings a request may carry."""
@@ -395,6 +405,12 @@ class Gateway:
                         and first_at == 0.0
                         and attempt + 1 < MAX_ROUTE_ATTEMPTS
                     ):
+                        reason = _trailing(err, REASON_METADATA)
+                        if reason in VERSION_LEVEL_REASONS and info is not None:
+                            # The worker is fine; this version is leaving it (or left):
+                            # plan again with the version COLD there (budget rules apply).
+                            self.placement.forget_version(wid, info.engine_id)
+                            continue
                         self._suspect[wid] = self._monotonic() + self.limits.worker_suspect_s
                         exclude = exclude | {wid}
                         continue

@@ -45,6 +45,9 @@ from loraplane.shared.metrics import RpcMetrics
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_METADATA = "retry-after-ms"
+REASON_METADATA = "loraplane-reason"
+"""Trailing metadata naming the error's short reason (e.g. ``draining``, ``cold``), so a
+caller can tell a version-level refusal from a worker that is down."""
 """Trailing metadata key carrying a retry hint in milliseconds."""
 
 Metadata = Sequence[tuple[str, str | bytes]]
@@ -77,10 +80,14 @@ def _rewrap(
 
 
 async def _abort_for(context: grpc.aio.ServicerContext, exc: LoraplaneError) -> None:
+    trailing: list[tuple[str, str]] = []
     if exc.retry_after_s is not None:
-        context.set_trailing_metadata(
-            ((RETRY_AFTER_METADATA, str(int(exc.retry_after_s * 1000))),)
-        )
+        trailing.append((RETRY_AFTER_METADATA, str(int(exc.retry_after_s * 1000))))
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str) and reason:
+        trailing.append((REASON_METADATA, reason))
+    if trailing:
+        context.set_trailing_metadata(tuple(trailing))
     await context.abort(exc.grpc_code, exc.message)
 
 

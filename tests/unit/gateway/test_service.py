@@ -11,7 +11,7 @@ import pytest
 from loraplane.gateway.auth import Principal
 from loraplane.gateway.budget import BudgetConfig
 from loraplane.gateway.errors import AdapterCold, ColdStartBudgetExceeded, VersionNotReady
-from loraplane.shared.errors import InvalidArgument, NotFound, PermissionDenied
+from loraplane.shared.errors import InvalidArgument, LoraplaneError, NotFound, PermissionDenied
 from loraplane.v1 import common_pb2, inference_pb2
 
 from . import events as ev
@@ -241,6 +241,22 @@ async def test_unavailable_worker_is_avoided_and_the_request_replanned() -> None
         assert len(h.workers["w0"].requests) == 1
         await collect(h, req())
         assert len(h.workers["w0"].requests) == 1  # suspect: not tried again
+
+
+async def test_version_level_refusal_replans_without_marking_the_worker_down() -> None:
+    async with harness(n_workers=1) as h:
+        h.workers["w0"].hot.add(11)
+        h.report("w0")
+        # The worker is evicting this version: UNAVAILABLE with reason "draining".
+        h.workers["w0"].fail_with = grpc.StatusCode.UNAVAILABLE
+        h.workers["w0"].fail_reason = "draining"
+        with pytest.raises(LoraplaneError):
+            await collect(h, req())
+        assert len(h.workers["w0"].requests) == 2  # re-planned onto the same worker
+        assert h.gateway.placement.tier("w0", 11) == common_pb2.TIER_COLD  # the version is COLD there now
+        h.workers["w0"].fail_with = None
+        await collect(h, req())
+        assert len(h.workers["w0"].requests) == 3  # the worker itself was never marked down
 
 
 async def test_worker_error_keeps_its_status() -> None:
