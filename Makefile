@@ -57,7 +57,10 @@ test: install ## install what is missing, lint, start the test stack once, run t
 test-unit: install ## unit tests only (no stack, no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-bench: install bench-policy bench-admission bench-cold bench-gateway bench-registry bench-cache ## every benchmark (each prints ratios measured side by side in one run; JSON in .loraplane/bench/)
+bench: install ## every benchmark (each prints ratios measured side by side in one run; JSON in .loraplane/bench/)
+	@rc=0; for b in bench-policy bench-admission bench-cold bench-gateway bench-registry bench-cache; do \
+	  $(MAKE) --no-print-directory $$b || { echo "$$b: target missed or failed (see above)"; rc=1; }; \
+	done; exit $$rc
 
 bench-policy: install ## cache policies on the reference traces: table + .loraplane/bench/policy.json
 	$(PY) -m loraplane.sim.bench
