@@ -27,24 +27,12 @@ from loraplane.admission.metrics import AdmissionMetrics
 from loraplane.admission.service import Admitter, DependencyDown
 from loraplane.admission.settings import AdmissionSettings
 from loraplane.shared.codec import CodecError, decode_as, encode, kafka_headers
+from loraplane.shared.kafka_admin import GROUP_TUNING, BrokerLost
 from loraplane.shared.outbox import backoff_delay, interruptible_sleep
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, topic_spec
 from loraplane.v1 import events_pb2
 
 log = logging.getLogger(__name__)
-
-GROUP_TUNING: dict[str, int] = {
-    "session_timeout_ms": 6000,
-    "heartbeat_interval_ms": 500,
-    "rebalance_timeout_ms": 1000,
-    "metadata_max_age_ms": 5000,
-}
-"""Consumer-group settings that join in ~2 s on Tansu (see FACTS.md)."""
-
-
-class BrokerLost(RuntimeError):
-    """The broker came back after a loss: recreate the consumer."""
-
 
 class VerdictProducer(Protocol):
     """The part of ``AIOKafkaProducer`` used to publish verdicts."""

@@ -27,24 +27,12 @@ from loraplane.registry.metrics import RegistryMetrics
 from loraplane.shared.codec import CodecError, decode_as
 from loraplane.shared.db import transaction
 from loraplane.shared.errors import InvalidArgument
+from loraplane.shared.kafka_admin import GROUP_TUNING, BrokerLost
 from loraplane.shared.outbox import backoff_delay, interruptible_sleep
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, event_meta
 from loraplane.v1 import events_pb2
 
 log = logging.getLogger(__name__)
-
-GROUP_TUNING: dict[str, int] = {
-    "session_timeout_ms": 6000,
-    "heartbeat_interval_ms": 500,
-    "rebalance_timeout_ms": 1000,
-    "metadata_max_age_ms": 5000,
-}
-"""Consumer-group settings that join in ~2 s on Tansu (see FACTS.md)."""
-
-
-class BrokerLost(RuntimeError):
-    """The broker came back after a loss: recreate the consumer."""
-
 
 class AdmissionConsumer:
     """Reads ``adapter.admissions`` and applies each verdict exactly once."""
