@@ -152,7 +152,10 @@ async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
         artifact_bucket=s.artifact_bucket, base_model=demo.base_model.name,
         base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
         tokenizer_revision=demo.base_model.tokenizer_revision,
-        worker_host_dir=work / "worker-host", worker_max_loras=2, worker_max_cpu_loras=4,
+        # Room for every version of the test (support v1/v2, legal, base): this test is about
+        # resolution and budgets; eviction under slot pressure is the cache-manager tests' job,
+        # and an eviction during the canary split would change which version a key gets.
+        worker_host_dir=work / "worker-host", worker_max_loras=4, worker_max_cpu_loras=6,
         worker_max_lora_rank=16, worker_state_interval_s=1.0, worker_heat_flush_s=0.5,
         worker_drain_timeout_s=10.0,
     )
