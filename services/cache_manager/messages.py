@@ -47,6 +47,7 @@ def build_command(issued: Issued, producer: str) -> events_pb2.CacheCommand:
             sha256=rec.sha256,
             size_bytes=rec.size_bytes,
             rank=rec.rank,
+            never_evict=spec.never_evict,
         ))
     elif spec.kind in (CommandKind.DEMOTE, CommandKind.EVICT):
         cmd.evict.CopyFrom(events_pb2.EvictAdapter(

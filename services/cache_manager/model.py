@@ -251,6 +251,9 @@ class CommandSpec:
     """Heat score of the version when decided (for the decision log)."""
     source: str = "policy"
     """Who asked: the policy's name, or ``rule:<name>`` for business rules."""
+    never_evict: bool = False
+    """For loads: the version is protected by policy (active canary, protected priority);
+    the worker's own request-path demotion must never pick it."""
 
     def sort_key(self) -> tuple[int, str, str]:
         """Execution order: what frees room first, then worker, then version."""

@@ -116,6 +116,9 @@ class Projection:
             s.pinned = False
 
 
+_LOADS = frozenset({CommandKind.LOAD_HOT, CommandKind.LOAD_WARM})
+
+
 def _bm(versions: dict[str, VersionRecord], vid: str, view: WorkerView) -> str:
     rec = versions.get(vid)
     if rec is not None:
@@ -346,10 +349,16 @@ class Planner:
         heat = {s.version_id: self.heat_of(snapshot, s.version_id, now) for s in accepted}
         accepted = [
             CommandSpec(s.kind, s.worker_id, s.version_id, s.reason, s.detail, s.pin,
-                        heat.get(s.version_id, 0.0), s.source)
+                        heat.get(s.version_id, 0.0), s.source,
+                        never_evict=s.kind in _LOADS and self._protected(snapshot, s.version_id))
             for s in accepted
         ]
         return Round(accepted, notes, heat, snapshot, plan, dropped)
+
+    def _protected(self, snapshot: Snapshot, vid: str) -> bool:
+        """Whether the policy protects ``vid`` (active canary, protected priority)."""
+        meta = snapshot.versions.get(vid)
+        return meta is not None and protection_of(meta, self.policy_config) is not None
 
     def _explain(self, state: State, spec: CommandSpec, now: float) -> CommandSpec:
         """Name the business reason behind a policy load driven by the warm-up signal."""

@@ -240,7 +240,7 @@ class LifecycleEvent(_message.Message):
     def __init__(self, promoted: _Optional[_Union[AdapterPromoted, _Mapping]] = ..., canary_changed: _Optional[_Union[CanaryChanged, _Mapping]] = ..., rolled_back: _Optional[_Union[RolledBack, _Mapping]] = ..., retired: _Optional[_Union[AdapterRetired, _Mapping]] = ...) -> None: ...
 
 class LoadAdapter(_message.Message):
-    __slots__ = ("target_tier", "pin", "engine_id", "artifact_uri", "sha256", "size_bytes", "rank")
+    __slots__ = ("target_tier", "pin", "engine_id", "artifact_uri", "sha256", "size_bytes", "rank", "never_evict")
     TARGET_TIER_FIELD_NUMBER: _ClassVar[int]
     PIN_FIELD_NUMBER: _ClassVar[int]
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -248,6 +248,7 @@ class LoadAdapter(_message.Message):
     SHA256_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    NEVER_EVICT_FIELD_NUMBER: _ClassVar[int]
     target_tier: _common_pb2.Tier
     pin: bool
     engine_id: int
@@ -255,7 +256,8 @@ class LoadAdapter(_message.Message):
     sha256: str
     size_bytes: int
     rank: int
-    def __init__(self, target_tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., pin: _Optional[bool] = ..., engine_id: _Optional[int] = ..., artifact_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
+    never_evict: bool
+    def __init__(self, target_tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., pin: _Optional[bool] = ..., engine_id: _Optional[int] = ..., artifact_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., rank: _Optional[int] = ..., never_evict: _Optional[bool] = ...) -> None: ...
 
 class EvictAdapter(_message.Message):
     __slots__ = ("to_tier", "reason", "engine_id")

@@ -112,7 +112,7 @@ class CommandExecutor:
             if not spec.tenant_id or not spec.adapter_name or spec.engine_id < 1:
                 raise BadRequest("load needs meta.adapter (tenant, name, version) and engine_id")
             outcome: LoadOutcome = await self.manager.load(
-                spec, cmd.load.target_tier, pin=cmd.load.pin
+                spec, cmd.load.target_tier, pin=cmd.load.pin, never_evict=cmd.load.never_evict
             )
             return reports.loaded(ctx, outcome)
         if kind == "evict":

@@ -72,6 +72,9 @@ class Placement:
     loaded_at: datetime
     hot: bool = False
     pinned: bool = False
+    never_evict: bool = False
+    """Protected by policy (active canary, platinum...): the worker's own request-path
+    demotion never picks it; only an explicit EvictAdapter command removes it from HOT."""
     in_flight: int = 0
     draining: bool = False
     last_used_at: datetime | None = None
@@ -239,20 +242,30 @@ class AdapterManager:
     # ------------------------------------------------------------------ load
 
     async def load(
-        self, spec: ArtifactSpec, target_tier: Tier, *, pin: bool = False, make_room: bool = False
+        self,
+        spec: ArtifactSpec,
+        target_tier: Tier,
+        *,
+        pin: bool = False,
+        make_room: bool = False,
+        never_evict: bool | None = None,
     ) -> LoadOutcome:
         """Bring ``spec`` to ``target_tier`` (WARM or HOT), pinning it when asked.
 
         ``make_room`` (request path only): when every HOT registration is taken, demote
-        the least recently used idle unpinned version instead of failing with
-        :class:`NoCapacity`. Idempotent: loading what is already there reports it.
+        the least recently used idle version that is neither pinned nor never-evict
+        instead of failing with :class:`NoCapacity`. ``never_evict`` sets the version's
+        protection (``None`` keeps what it has): a cache command sets it afresh, the
+        request path only ever raises it. Idempotent: loading what is already there
+        reports it.
         """
         if target_tier not in (TIER_WARM, TIER_HOT):
             raise ValueError(f"target tier {target_tier} is neither WARM nor HOT")
         self._check_base_model(spec)
         try:
             async with self._lock(spec.engine_id):
-                outcome = await self._load_locked(spec, target_tier, pin, make_room)
+                outcome = await self._load_locked(spec, target_tier, pin, make_room,
+                                                  never_evict)
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
                 self.record_failure(spec, exc)
@@ -271,7 +284,8 @@ class AdapterManager:
         return outcome
 
     async def _load_locked(
-        self, spec: ArtifactSpec, target_tier: Tier, pin: bool, make_room: bool
+        self, spec: ArtifactSpec, target_tier: Tier, pin: bool, make_room: bool,
+        never_evict: bool | None,
     ) -> LoadOutcome:
         started = time.perf_counter()
         p = self.placements.get(spec.engine_id)
@@ -287,6 +301,8 @@ class AdapterManager:
             entry, fetch = await self.host.fetch(spec)
             p = Placement(spec=spec, host=entry, loaded_at=self.clock())
             self.placements[spec.engine_id] = p
+        if never_evict is not None:
+            p.never_evict = never_evict
         register_s = verify_s = 0.0
         if target_tier == TIER_HOT and not p.hot:
             if source == TIER_WARM:  # files may have changed since they were verified
@@ -322,19 +338,21 @@ class AdapterManager:
         )
 
     async def _demote_lru(self, exclude: int) -> bool:
-        """Demote the least recently used idle, unpinned HOT version; False if none."""
+        """Demote the least recently used idle HOT version that is neither pinned nor
+        never-evict; False if none (never-evict is the cache manager's call alone)."""
         epoch = datetime.min.replace(tzinfo=UTC)
         candidates = sorted(
             (
                 p for eid, p in self.placements.items()
-                if eid != exclude and p.hot and not p.pinned and p.in_flight == 0
-                and not p.draining and not self._lock(eid).locked()
+                if eid != exclude and p.hot and not p.pinned and not p.never_evict
+                and p.in_flight == 0 and not p.draining and not self._lock(eid).locked()
             ),
             key=lambda p: p.last_used_at or p.loaded_at or epoch,
         )
         for victim in candidates:
             async with self._lock(victim.spec.engine_id):
-                if not victim.hot or victim.pinned or victim.in_flight or victim.draining:
+                if (not victim.hot or victim.pinned or victim.never_evict or victim.in_flight
+                        or victim.draining):
                     continue
                 await self.engine.unregister(victim.spec.engine_id)
                 victim.hot = False
@@ -437,8 +455,9 @@ class AdapterManager:
 
     # ------------------------------------------------------------------ requests
 
-    async def _load_and_report(self, spec: ArtifactSpec) -> LoadOutcome:
-        outcome = await self.load(spec, TIER_HOT, make_room=True)
+    async def _load_and_report(self, spec: ArtifactSpec, never_evict: bool) -> LoadOutcome:
+        outcome = await self.load(spec, TIER_HOT, make_room=True,
+                                  never_evict=True if never_evict else None)
         if outcome.changed and self.on_event is not None:
             await self.on_event(outcome)
         return outcome
@@ -450,12 +469,15 @@ class AdapterManager:
         *,
         allow_cold: bool,
         cold_timeout_s: float | None = None,
+        never_evict: bool = False,
     ) -> AsyncIterator[Lease]:
         """Hold a version for one request: promote it to HOT if needed, count it in flight.
 
         ``spec`` None serves the base model through the zero adapter. A COLD version is
         loaded only when ``allow_cold`` (within ``cold_timeout_s``; the load itself goes
         on after a timeout, so the next request finds it); otherwise :class:`AdapterCold`.
+        ``never_evict`` (the gateway says the version is an active canary) protects a
+        version this request loads from the worker's own demotion.
         """
         if spec is None:
             yield Lease(self.zero_adapter, TIER_HOT, None)
@@ -473,7 +495,7 @@ class AdapterManager:
                 raise Draining(f"{spec.name} was evicted while loading")
             if p is None and not allow_cold:
                 raise AdapterCold(f"{spec.name} is not on this worker")
-            task = asyncio.ensure_future(self._load_and_report(spec))
+            task = asyncio.ensure_future(self._load_and_report(spec, never_evict))
             task.add_done_callback(_retrieve)  # a timed-out waiter must not lose its error
             if cold_timeout_s is None or p is not None:
                 await asyncio.shield(task)

@@ -160,7 +160,8 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
             cold_timeout = request.cold_budget_ms / 1000.0 if request.cold_budget_ms > 0 else None
             first_token_timeout = self._first_token_timeout(request)
             async with self.manager.use(
-                spec, allow_cold=allow_cold, cold_timeout_s=cold_timeout
+                spec, allow_cold=allow_cold, cold_timeout_s=cold_timeout,
+                never_evict=request.never_evict,
             ) as lease:
                 tier = lease.tier_at_arrival
                 engine_request = EngineRequest(

@@ -166,6 +166,22 @@ def test_canary_displaces_the_coolest_unprotected_idle_version() -> None:
     assert res.issued[0].decision.reason == "displaced"
 
 
+def test_loads_of_protected_versions_tell_the_worker_never_to_evict_them() -> None:
+    plat = ev.ref("plat")
+    core = make_core(ScriptedPolicy(lambda s, n: [act(ActionKind.PROMOTE, "w2", B),
+                                                  act(ActionKind.PROMOTE, "w2", plat)]))
+    setup(core, ev.WorkerSpec("w1", slots=2), ev.WorkerSpec("w2", slots=3))
+    core.apply(ev.admitted(plat, 9, T0, priority=common_pb2.PRIORITY_PLATINUM), T0)
+    core.apply(ev.canary(A, 5, T0), T0)  # active canary: protected
+    res = core.round(T0 + 1)
+    by_version = {i.pending.spec.version_id: build_command(i, "cm") for i in res.issued}
+    assert by_version[A.version_id].load.never_evict
+    assert by_version[plat.version_id].load.never_evict
+    assert by_version[A.version_id].load.target_tier == common_pb2.TIER_HOT
+    assert not by_version[B.version_id].load.never_evict  # plain version: the worker may demote
+    assert by_version[B.version_id].WhichOneof("command") == "load"
+
+
 def test_canary_never_displaces_pinned_or_busy_versions() -> None:
     core = make_core()
     setup(core, ev.WorkerSpec("w1", slots=2, held=[ev.Held(B, pinned=True),

@@ -212,6 +212,58 @@ async def test_hot_capacity_command_vs_request_path(rig: Rig, make_adapter: Make
     assert rig.model.violations == []
 
 
+async def test_request_path_never_demotes_never_evict_versions(
+    rig: Rig, make_adapter: MakeAdapter
+) -> None:
+    ex = CommandExecutor(rig.manager, worker_id="w1")
+    cap = rig.manager.hot_capacity
+    assert cap == 3  # one protected and two plain versions fill it
+    specs = [make_adapter(f"n{i}") for i in range(cap + 2)]
+    protected_cmd = load(specs[0], HOT)
+    protected_cmd.load.never_evict = True  # e.g. the active canary, loaded by the cache manager
+    assert (await run(ex, protected_cmd)).loaded.tier == HOT
+    for s in specs[1:cap]:
+        await rig.manager.load(s, TIER_HOT)
+    # the request path loads a version the gateway marks never-evict (its adapter's canary):
+    # room is made from the least recently used *plain* version, never the protected one
+    async with rig.manager.use(specs[cap], allow_cold=True, never_evict=True):
+        pass
+    demoted = [e.engine_id for e in rig.events if isinstance(e, EvictOutcome)]
+    assert demoted == [specs[1].engine_id]
+    assert rig.manager.placements[specs[0].engine_id].tier == HOT
+    assert rig.manager.placements[specs[cap].engine_id].never_evict
+    # next request-path load: both protected versions are skipped again
+    async with rig.manager.use(specs[cap + 1], allow_cold=True):
+        pass
+    demoted = [e.engine_id for e in rig.events if isinstance(e, EvictOutcome)]
+    assert demoted == [specs[1].engine_id, specs[2].engine_id]  # LRU order among plain ones
+    assert {specs[0].engine_id, specs[cap].engine_id} <= {
+        eid for eid, p in rig.manager.placements.items() if p.hot}
+    # a later load command without the flag lifts the protection (the canary was promoted)
+    assert (await run(ex, load(specs[0], HOT))).loaded.tier == HOT
+    assert not rig.manager.placements[specs[0].engine_id].never_evict
+    # the cache manager's explicit evict still works on a protected version
+    await run(ex, evict(specs[cap], WARM))
+    assert rig.manager.placements[specs[cap].engine_id].tier == WARM
+    assert rig.model.violations == []
+
+
+async def test_request_path_fails_cleanly_when_every_hot_version_is_protected(
+    rig: Rig, make_adapter: MakeAdapter
+) -> None:
+    ex = CommandExecutor(rig.manager, worker_id="w1")
+    specs = [make_adapter(f"p{i}") for i in range(rig.manager.hot_capacity + 1)]
+    for s in specs[:-1]:
+        cmd = load(s, HOT)
+        cmd.load.never_evict = True
+        await run(ex, cmd)
+    with pytest.raises(NoCapacity, match="evict one"):
+        async with rig.manager.use(specs[-1], allow_cold=True):
+            pass
+    assert all(rig.manager.placements[s.engine_id].tier == HOT for s in specs[:-1])
+    assert not any(isinstance(e, EvictOutcome) for e in rig.events)
+
+
 async def test_cold_request_needs_permission_and_budget(rig: Rig,
                                                         make_adapter: MakeAdapter) -> None:
     spec = make_adapter()
