@@ -8,7 +8,7 @@ Commands (all read ``LORAPLANE_REGISTRY_ADDR``, ``LORAPLANE_REGISTRY_OPERATOR_TO
         --signing-key KEY.pem [--priority P] [--wait SECONDS] [--json]
     loraplane tenants create|show|list|set-priority
     loraplane keys create|revoke|list
-    loraplane adapters list|show
+    loraplane adapters list|show|share|unshare|shares
     loraplane promote|canary|rollback|retire TENANT/NAME ...
     loraplane audit [--subject acme/] [--action release.promote]
 
@@ -65,7 +65,8 @@ tenants_app = typer.Typer(help="Tenants: create, show, list, set the default pri
                           no_args_is_help=True)
 keys_app = typer.Typer(help="Tenant API keys: create (secret shown once), revoke, list.",
                        no_args_is_help=True)
-adapters_app = typer.Typer(help="Adapter versions: list with filters, show one.",
+adapters_app = typer.Typer(help="Adapter versions: list with filters, show one; share an "
+                           "adapter with another tenant.",
                            no_args_is_help=True)
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(keys_app, name="keys")
@@ -421,6 +422,64 @@ def adapters_show(
             rel = reg.call("GetRelease", registry_pb2.GetReleaseRequest(
                 tenant_id=tenant, adapter_name=name)).release
             _print_json(to_dict(rel))
+
+
+@adapters_app.command("share")
+def adapters_share(
+    adapter: Annotated[str, typer.Argument(help="TENANT/NAME (the owner's adapter)")],
+    with_tenant: Annotated[str, typer.Option("--with", help="Tenant to share with.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Let another tenant call an adapter by name (every version its release selects)."""
+    tenant, name = _split_adapter(adapter)
+    with _client() as reg:
+        resp = reg.call("ShareAdapter", registry_pb2.ShareAdapterRequest(
+            tenant_id=tenant, adapter_name=name, grantee_tenant_id=with_tenant))
+    if json_out:
+        _print_json(to_dict(resp))
+        return
+    what = "shared" if resp.changed else "already shared"
+    out.print(f"{tenant}/{name} {what} with {with_tenant}; "
+              f"shared with: {', '.join(resp.grantee_tenant_ids)}")
+
+
+@adapters_app.command("unshare")
+def adapters_unshare(
+    adapter: Annotated[str, typer.Argument(help="TENANT/NAME (the owner's adapter)")],
+    with_tenant: Annotated[str, typer.Option("--with", help="Tenant whose share ends.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """End a share: the other tenant's calls are refused within seconds."""
+    tenant, name = _split_adapter(adapter)
+    with _client() as reg:
+        resp = reg.call("UnshareAdapter", registry_pb2.UnshareAdapterRequest(
+            tenant_id=tenant, adapter_name=name, grantee_tenant_id=with_tenant))
+    if json_out:
+        _print_json(to_dict(resp))
+        return
+    what = "no longer shared" if resp.changed else "was not shared"
+    left = ", ".join(resp.grantee_tenant_ids) or "nobody"
+    out.print(f"{tenant}/{name} {what} with {with_tenant}; shared with: {left}")
+
+
+@adapters_app.command("shares")
+def adapters_shares(
+    target: Annotated[str, typer.Argument(help="TENANT or TENANT/NAME")],
+    json_out: JsonOpt = False,
+) -> None:
+    """List the shares of one adapter, or of every adapter of a tenant."""
+    tenant, _, name = target.partition("/")
+    with _client() as reg:
+        shares = reg.call("ListShares", registry_pb2.ListSharesRequest(
+            tenant_id=tenant, adapter_name=name)).shares
+    if json_out:
+        _print_json([to_dict(x) for x in shares])
+        return
+    table = Table("adapter", "shared with", "since")
+    for x in shares:
+        table.add_row(f"{x.tenant_id}/{x.adapter_name}", x.grantee_tenant_id,
+                      x.created_at.ToDatetime().isoformat(timespec="seconds"))
+    out.print(table)
 
 
 # --------------------------------------------------------------------------- release ops

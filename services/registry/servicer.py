@@ -111,6 +111,33 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
             c, tenant_id=request.tenant_id, include_revoked=request.include_revoked))
         return registry_pb2.ListApiKeysResponse(keys=keys)
 
+    # ------------------------------------------------------------------ shares
+
+    async def ShareAdapter(self, request: Any, context: Any) -> registry_pb2.ShareAdapterResponse:
+        ctx = self._ctx(context)
+        changed, grantees = await self._tx(lambda c: service.share_adapter(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            grantee_tenant_id=request.grantee_tenant_id))
+        if changed:
+            self._changed("adapter.share", request.tenant_id)
+        return registry_pb2.ShareAdapterResponse(changed=changed, grantee_tenant_ids=grantees)
+
+    async def UnshareAdapter(
+        self, request: Any, context: Any
+    ) -> registry_pb2.UnshareAdapterResponse:
+        ctx = self._ctx(context)
+        changed, grantees = await self._tx(lambda c: service.unshare_adapter(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            grantee_tenant_id=request.grantee_tenant_id))
+        if changed:
+            self._changed("adapter.unshare", request.tenant_id)
+        return registry_pb2.UnshareAdapterResponse(changed=changed, grantee_tenant_ids=grantees)
+
+    async def ListShares(self, request: Any, context: Any) -> registry_pb2.ListSharesResponse:
+        shares = await self._read(lambda c: service.list_shares(
+            c, tenant_id=request.tenant_id, adapter_name=request.adapter_name))
+        return registry_pb2.ListSharesResponse(shares=shares)
+
     # ------------------------------------------------------------------ versions
 
     async def RequestUpload(

@@ -511,14 +511,28 @@ class ApiKeyRevoked(_message.Message):
     key_id: str
     def __init__(self, tenant_id: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
 
+class AdapterShareChanged(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "grantee_tenant_id", "shared")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    GRANTEE_TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    grantee_tenant_id: str
+    shared: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., grantee_tenant_id: _Optional[str] = ..., shared: _Optional[bool] = ...) -> None: ...
+
 class TenantEvent(_message.Message):
-    __slots__ = ("meta", "tenant_upserted", "api_key_created", "api_key_revoked")
+    __slots__ = ("meta", "tenant_upserted", "api_key_created", "api_key_revoked", "adapter_share_changed")
     META_FIELD_NUMBER: _ClassVar[int]
     TENANT_UPSERTED_FIELD_NUMBER: _ClassVar[int]
     API_KEY_CREATED_FIELD_NUMBER: _ClassVar[int]
     API_KEY_REVOKED_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_SHARE_CHANGED_FIELD_NUMBER: _ClassVar[int]
     meta: _common_pb2.EventMeta
     tenant_upserted: TenantUpserted
     api_key_created: ApiKeyCreated
     api_key_revoked: ApiKeyRevoked
-    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., tenant_upserted: _Optional[_Union[TenantUpserted, _Mapping]] = ..., api_key_created: _Optional[_Union[ApiKeyCreated, _Mapping]] = ..., api_key_revoked: _Optional[_Union[ApiKeyRevoked, _Mapping]] = ...) -> None: ...
+    adapter_share_changed: AdapterShareChanged
+    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., tenant_upserted: _Optional[_Union[TenantUpserted, _Mapping]] = ..., api_key_created: _Optional[_Union[ApiKeyCreated, _Mapping]] = ..., api_key_revoked: _Optional[_Union[ApiKeyRevoked, _Mapping]] = ..., adapter_share_changed: _Optional[_Union[AdapterShareChanged, _Mapping]] = ...) -> None: ...

@@ -446,3 +446,65 @@ class ListAuditResponse(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
     next_page_token: str
     def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ShareAdapterRequest(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "grantee_tenant_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    GRANTEE_TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    grantee_tenant_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., grantee_tenant_id: _Optional[str] = ...) -> None: ...
+
+class ShareAdapterResponse(_message.Message):
+    __slots__ = ("changed", "grantee_tenant_ids")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    GRANTEE_TENANT_IDS_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    grantee_tenant_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, changed: _Optional[bool] = ..., grantee_tenant_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UnshareAdapterRequest(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "grantee_tenant_id")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    GRANTEE_TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    grantee_tenant_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., grantee_tenant_id: _Optional[str] = ...) -> None: ...
+
+class UnshareAdapterResponse(_message.Message):
+    __slots__ = ("changed", "grantee_tenant_ids")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    GRANTEE_TENANT_IDS_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    grantee_tenant_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, changed: _Optional[bool] = ..., grantee_tenant_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListSharesRequest(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ...) -> None: ...
+
+class AdapterShare(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "grantee_tenant_id", "created_at")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    GRANTEE_TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    grantee_tenant_id: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., grantee_tenant_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListSharesResponse(_message.Message):
+    __slots__ = ("shares",)
+    SHARES_FIELD_NUMBER: _ClassVar[int]
+    shares: _containers.RepeatedCompositeFieldContainer[AdapterShare]
+    def __init__(self, shares: _Optional[_Iterable[_Union[AdapterShare, _Mapping]]] = ...) -> None: ...

@@ -120,6 +120,21 @@ class RegistryAdminStub:
                 request_serializer=loraplane_dot_v1_dot_registry__pb2.ListAuditRequest.SerializeToString,
                 response_deserializer=loraplane_dot_v1_dot_registry__pb2.ListAuditResponse.FromString,
                 _registered_method=True)
+        self.ShareAdapter = channel.unary_unary(
+                '/loraplane.v1.RegistryAdmin/ShareAdapter',
+                request_serializer=loraplane_dot_v1_dot_registry__pb2.ShareAdapterRequest.SerializeToString,
+                response_deserializer=loraplane_dot_v1_dot_registry__pb2.ShareAdapterResponse.FromString,
+                _registered_method=True)
+        self.UnshareAdapter = channel.unary_unary(
+                '/loraplane.v1.RegistryAdmin/UnshareAdapter',
+                request_serializer=loraplane_dot_v1_dot_registry__pb2.UnshareAdapterRequest.SerializeToString,
+                response_deserializer=loraplane_dot_v1_dot_registry__pb2.UnshareAdapterResponse.FromString,
+                _registered_method=True)
+        self.ListShares = channel.unary_unary(
+                '/loraplane.v1.RegistryAdmin/ListShares',
+                request_serializer=loraplane_dot_v1_dot_registry__pb2.ListSharesRequest.SerializeToString,
+                response_deserializer=loraplane_dot_v1_dot_registry__pb2.ListSharesResponse.FromString,
+                _registered_method=True)
 
 
 class RegistryAdminServicer:
@@ -245,6 +260,27 @@ class RegistryAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ShareAdapter(self, request, context):
+        """Let another tenant call one of this tenant's adapters by name (idempotent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnshareAdapter(self, request, context):
+        """End a share (idempotent: ending a share that does not exist changes nothing).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListShares(self, request, context):
+        """The tenants an adapter is shared with.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RegistryAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +368,21 @@ def add_RegistryAdminServicer_to_server(servicer, server):
                     servicer.ListAudit,
                     request_deserializer=loraplane_dot_v1_dot_registry__pb2.ListAuditRequest.FromString,
                     response_serializer=loraplane_dot_v1_dot_registry__pb2.ListAuditResponse.SerializeToString,
+            ),
+            'ShareAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareAdapter,
+                    request_deserializer=loraplane_dot_v1_dot_registry__pb2.ShareAdapterRequest.FromString,
+                    response_serializer=loraplane_dot_v1_dot_registry__pb2.ShareAdapterResponse.SerializeToString,
+            ),
+            'UnshareAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnshareAdapter,
+                    request_deserializer=loraplane_dot_v1_dot_registry__pb2.UnshareAdapterRequest.FromString,
+                    response_serializer=loraplane_dot_v1_dot_registry__pb2.UnshareAdapterResponse.SerializeToString,
+            ),
+            'ListShares': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListShares,
+                    request_deserializer=loraplane_dot_v1_dot_registry__pb2.ListSharesRequest.FromString,
+                    response_serializer=loraplane_dot_v1_dot_registry__pb2.ListSharesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -794,6 +845,87 @@ class RegistryAdmin:
             '/loraplane.v1.RegistryAdmin/ListAudit',
             loraplane_dot_v1_dot_registry__pb2.ListAuditRequest.SerializeToString,
             loraplane_dot_v1_dot_registry__pb2.ListAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loraplane.v1.RegistryAdmin/ShareAdapter',
+            loraplane_dot_v1_dot_registry__pb2.ShareAdapterRequest.SerializeToString,
+            loraplane_dot_v1_dot_registry__pb2.ShareAdapterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnshareAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loraplane.v1.RegistryAdmin/UnshareAdapter',
+            loraplane_dot_v1_dot_registry__pb2.UnshareAdapterRequest.SerializeToString,
+            loraplane_dot_v1_dot_registry__pb2.UnshareAdapterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListShares(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loraplane.v1.RegistryAdmin/ListShares',
+            loraplane_dot_v1_dot_registry__pb2.ListSharesRequest.SerializeToString,
+            loraplane_dot_v1_dot_registry__pb2.ListSharesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -161,6 +161,73 @@ async def test_api_keys(registry: Registry, stack: Stack, unique: str) -> None:
     assert all(secret.encode() not in e.SerializeToString() for _, e, _ in events)
 
 
+# --------------------------------------------------------------------------- shares
+
+
+async def test_adapter_shares(registry: Registry, unique: str) -> None:
+    owner = await registry.tenant(unique)
+    other = await registry.tenant(f"{unique}-b")
+    third = await registry.tenant(f"{unique}-c")
+    await registry.register(owner, "bot", "v1")
+    share = R.ShareAdapterRequest(tenant_id=owner, adapter_name="bot", grantee_tenant_id=other)
+    first = await registry.call("ShareAdapter", share)
+    assert first.changed and list(first.grantee_tenant_ids) == [other]
+    again = await registry.call("ShareAdapter", share)  # idempotent: no change, no event
+    assert not again.changed and list(again.grantee_tenant_ids) == [other]
+    await registry.call("ShareAdapter", R.ShareAdapterRequest(
+        tenant_id=owner, adapter_name="bot", grantee_tenant_id=third))
+    listed = await registry.call("ListShares", R.ListSharesRequest(tenant_id=owner))
+    assert [(x.adapter_name, x.grantee_tenant_id) for x in listed.shares] == [
+        ("bot", other), ("bot", third)]
+    assert all(x.HasField("created_at") for x in listed.shares)
+    unshare = R.UnshareAdapterRequest(tenant_id=owner, adapter_name="bot",
+                                      grantee_tenant_id=other)
+    ended = await registry.call("UnshareAdapter", unshare)
+    assert ended.changed and list(ended.grantee_tenant_ids) == [third]
+    assert not (await registry.call("UnshareAdapter", unshare)).changed
+    one = await registry.call("ListShares", R.ListSharesRequest(tenant_id=owner,
+                                                                 adapter_name="bot"))
+    assert [x.grantee_tenant_id for x in one.shares] == [third]
+
+    # Bad input: the right status, naming the problem; nothing is written.
+    bad = [
+        (R.ShareAdapterRequest(tenant_id=owner, adapter_name="bot", grantee_tenant_id=owner),
+         Code.INVALID_ARGUMENT, "owner itself"),
+        (R.ShareAdapterRequest(tenant_id=owner, adapter_name="../bot", grantee_tenant_id=other),
+         Code.INVALID_ARGUMENT, "adapter_name"),
+        (R.ShareAdapterRequest(tenant_id=owner, adapter_name="bot", grantee_tenant_id="X Y"),
+         Code.INVALID_ARGUMENT, "grantee_tenant_id"),
+        (R.ShareAdapterRequest(tenant_id=owner, adapter_name="nope", grantee_tenant_id=other),
+         Code.NOT_FOUND, "nope"),
+        (R.ShareAdapterRequest(tenant_id=owner, adapter_name="bot",
+                               grantee_tenant_id=f"nobody-{unique}"),
+         Code.NOT_FOUND, f"nobody-{unique}"),
+    ]
+    for req, code, words in bad:
+        try:
+            await registry.call("ShareAdapter", req)
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == code, (req, exc)
+            assert words in (exc.details() or ""), (req, exc.details())
+        else:
+            raise AssertionError(f"{req} accepted")
+    after = await registry.call("ListShares", R.ListSharesRequest(tenant_id=owner))
+    assert [x.grantee_tenant_id for x in after.shares] == [third]
+
+    # The gateway learns every change, in order, keyed by the owner.
+    events = await registry.read(TENANT_EVENTS, lambda evs: any(
+        e.adapter_share_changed.grantee_tenant_id == other
+        and not e.adapter_share_changed.shared for e in evs))
+    changes = [(e.adapter_share_changed.grantee_tenant_id, e.adapter_share_changed.shared)
+               for _, e, _ in events
+               if e.WhichOneof("event") == "adapter_share_changed"
+               and e.adapter_share_changed.tenant_id == owner]
+    assert changes == [(other, True), (third, True), (other, False)]
+    keys = {k for k, e, _ in events if e.WhichOneof("event") == "adapter_share_changed"
+            and e.adapter_share_changed.tenant_id == owner}
+    assert keys == {owner.encode()}
+
+
 # --------------------------------------------------------------------------- versions
 
 
