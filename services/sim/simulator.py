@@ -159,6 +159,85 @@ def affinity(version_ids: list[str], workers: int) -> list[int]:
     return [zlib.crc32(v.encode("utf-8")) % workers for v in version_ids]
 
 
+def ttft_floor(trace: Trace, capacities: Capacities, cost: CostModel | None = None) -> dict[
+    str, dict[str, float]
+]:
+    """TTFT percentiles no placement policy can beat on ``trace`` at ``capacities``.
+
+    The same replay as :func:`simulate` with a clairvoyant, free cache: every
+    request after a version's first is served as if HOT (no load); the first
+    pays its COLD load as in :func:`simulate` (compulsory for every policy). A
+    request still waits when every slot of its (worker, base model) group is
+    held by *other* versions' in-flight requests: no policy can avoid that wait,
+    since an in-flight version is never demoted. Shorter loads only end requests
+    earlier, so a real policy holds at least these versions busy and waits at
+    least as long. Same shape as :attr:`SimResult.ttft_ms` (``p50``, ``p99``,
+    ``count`` per class and ``all``; compulsory misses left out).
+    """
+    cost = cost or CostModel()
+    bw = cost.bandwidths
+    n_bm = max(1, len(trace.base_models))
+    slots = capacities.gpu_slots
+    home = affinity(trace.version_ids, capacities.workers)
+    group_of = [home[v] * n_bm + trace.version_base_model[v] for v in range(trace.n_versions)]
+    busy: list[dict[int, float]] = [{} for _ in range(capacities.workers * n_bm)]
+    seen = [False] * trace.n_versions
+    ttfts: list[list[float]] = [[] for _ in REQUEST_CLASSES]
+    base_s = cost.base_ttft_ms / 1000.0
+    prefill_s = cost.prefill_ms_per_token / 1000.0
+    tpot_s = cost.tpot_ms / 1000.0
+    for i, now in enumerate(trace.ts):
+        v = trace.version[i]
+        held = busy[group_of[v]]
+        if seen[v]:
+            load = 0.0
+        else:
+            size = trace.version_size[v]
+            load = bw.cold_to_warm_s(size) + bw.warm_to_hot_s(size)
+        wait = 0.0
+        if held.get(v, 0.0) <= now:
+            others = sorted((end, u) for u, end in held.items() if end > now)
+            if len(others) >= slots:
+                # the slot frees when enough of the others finish; they leave the group
+                freed = others[: len(others) - slots + 1]
+                wait = freed[-1][0] - now
+                for _, u in freed:
+                    del held[u]
+        ttft = wait + load + base_s + trace.prompt_tokens[i] * prefill_s
+        if seen[v]:
+            ttfts[trace.classes[i]].append(ttft)
+        seen[v] = True
+        end = now + ttft + trace.output_tokens[i] * tpot_s
+        if held.get(v, 0.0) < end:
+            held[v] = end
+        if len(held) > 4 * slots:
+            for u in [u for u, e in held.items() if e <= now]:
+                del held[u]
+    return _percentiles(ttfts)
+
+
+def _percentiles(ttfts: list[list[float]]) -> dict[str, dict[str, float]]:
+    """p50/p99 (ms) and count per request class and over all classes."""
+    out: dict[str, dict[str, float]] = {}
+    everything: list[float] = []
+    for c, name in enumerate(REQUEST_CLASSES):
+        values = sorted(ttfts[c])
+        everything.extend(values)
+        if values:
+            out[name.value] = {
+                "p50": round(percentile(values, 50) * 1000.0, 3),
+                "p99": round(percentile(values, 99) * 1000.0, 3),
+                "count": float(len(values)),
+            }
+    everything.sort()
+    out["all"] = {
+        "p50": round(percentile(everything, 50) * 1000.0, 3),
+        "p99": round(percentile(everything, 99) * 1000.0, 3),
+        "count": float(len(everything)),
+    }
+    return out
+
+
 def simulate(
     trace: Trace,
     policy: CachePolicy,
@@ -298,24 +377,8 @@ def simulate(
 
     # TTFT percentiles leave compulsory misses out: they are the same for every policy
     # (an artefact of starting empty) and are counted in compulsory_misses.
-    ttft_ms: dict[str, dict[str, float]] = {}
-    everything: list[float] = []
-    for c, name in enumerate(REQUEST_CLASSES):
-        values = sorted(ttfts[c])
-        everything.extend(values)
-        if values:
-            ttft_ms[name.value] = {
-                "p50": round(percentile(values, 50) * 1000.0, 3),
-                "p99": round(percentile(values, 99) * 1000.0, 3),
-                "count": float(len(values)),
-            }
-    everything.sort()
+    ttft_ms = _percentiles(ttfts)
     compulsory_ttfts.sort()
-    ttft_ms["all"] = {
-        "p50": round(percentile(everything, 50) * 1000.0, 3),
-        "p99": round(percentile(everything, 99) * 1000.0, 3),
-        "count": float(len(everything)),
-    }
     return SimResult(
         policy=policy.name,
         requests=len(ts),

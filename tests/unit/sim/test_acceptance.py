@@ -2,8 +2,10 @@
 capacities (4 workers × 16 engine slots, 10 or 12 GiB host memory each). Ratios only: the
 simulation speed is reported by ``python -m loraplane.sim.bench``, never timed in a test.
 
-Two targets are not met on ``conv-1h`` and are kept here as strict xfails so the gap stays
-visible (see services/policy/README.md, "Benchmark"): they start failing the day they pass.
+Two targets are not met on ``conv-1h`` (1.1 x LRU's hit ratio; interactive P99 <= 0.5 x LRU's
+at 10 GiB) and are kept here as strict xfails so the gap stays visible (see services/policy/README.md, "Benchmark"): they start failing the day they pass.
+At 12 GiB the P99 target lies below the floor no policy can beat (``ttft_floor``), which is
+asserted instead.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from loraplane.policy.factory import make_policy
-from loraplane.sim.simulator import Capacities, SimResult, simulate
+from loraplane.sim.simulator import Capacities, SimResult, simulate, ttft_floor
 from loraplane.sim.trace import Trace, read_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
@@ -74,8 +76,18 @@ def test_conv_heat_reaches_1_1_times_lru() -> None:
     assert r["heat"].gpu_hit_ratio >= 1.1 * r["lru"].gpu_hit_ratio
 
 
-@pytest.mark.xfail(strict=True, reason="heat's interactive P99 is 0.59-0.85 x LRU's, not 0.5")
-@pytest.mark.parametrize("gib", [10, 12])
-def test_conv_interactive_p99_is_half_of_lru(gib: int) -> None:
-    r = results("conv-1h", gib)
+@pytest.mark.xfail(strict=True, reason="heat's interactive P99 is 0.59 x LRU's at 10 GiB, not 0.5")
+def test_conv_interactive_p99_is_half_of_lru() -> None:
+    r = results("conv-1h", 10)
     assert p99(r["heat"]) <= 0.5 * p99(r["lru"])
+
+
+def test_conv_12gib_interactive_p99_target_is_below_the_floor() -> None:
+    """At 12 GiB LRU's interactive P99 (323 ms) is already close to the prefill of long
+    prompts: half of it lies below the floor no placement policy can beat, so the benchmark
+    marks the target unreachable; heat sits between the floor and LRU."""
+    r = results("conv-1h", 12)
+    floor = ttft_floor(load("conv-1h"), Capacities(16, 12 * GIB, 4))["interactive"]["p99"]
+    assert floor > 0.5 * p99(r["lru"])
+    assert floor <= p99(r["heat"]) < p99(r["lru"])
+    assert floor <= p99(r["belady"])
