@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -43,6 +43,7 @@ from loraplane.gateway.workers import WorkerPool
 from loraplane.shared import topics
 from loraplane.shared.grpcutil import GrpcServer
 from loraplane.shared.metrics import start_metrics_server
+from loraplane.v1.events_pb2 import TenantEvent
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,16 @@ def build_gateway(
         ),
         default_base_model=settings.default_base_model,
     )
+
+
+def _tenant_events(auth: AuthView, catalog: AdapterCatalog) -> Callable[[TenantEvent], None]:
+    """``tenant.events`` feed both views: keys and tenants (auth), shares (catalog)."""
+
+    def apply(event: TenantEvent) -> None:
+        auth.apply(event)
+        catalog.apply_tenant_event(event)
+
+    return apply
 
 
 class _Uvicorn(uvicorn.Server):
@@ -154,7 +165,7 @@ class GatewayApp:
             self.feeder = ViewFeeder(
                 s.kafka_bootstrap,
                 {
-                    topics.TENANT_EVENTS: g.auth.apply,
+                    topics.TENANT_EVENTS: _tenant_events(g.auth, g.catalog),
                     topics.ADAPTER_ADMISSIONS: g.catalog.apply_admission,
                     topics.ADAPTER_LIFECYCLE: g.catalog.apply_lifecycle,
                     topics.CACHE_STATE: g.placement.apply_report,

@@ -153,6 +153,26 @@ class AdapterCatalog:
         if (owner, name) not in pairs:
             pairs.append((owner, name))
 
+    def unshare(self, owner: str, name: str, with_tenant: str) -> None:
+        """End a share (idempotent)."""
+        by_name = self._shares.get(with_tenant, {})
+        pairs = by_name.get(name, [])
+        if (owner, name) in pairs:
+            pairs.remove((owner, name))
+            if not pairs:
+                del by_name[name]
+
+    def apply_tenant_event(self, event: events_pb2.TenantEvent) -> None:
+        """Apply the share changes of ``tenant.events`` (other arms are the auth view's)."""
+        if event.WhichOneof("event") != "adapter_share_changed":
+            return
+        c = event.adapter_share_changed
+        if c.shared:
+            self.share(c.tenant_id, c.adapter_name, c.grantee_tenant_id)
+        else:
+            self.unshare(c.tenant_id, c.adapter_name, c.grantee_tenant_id)
+        self.events_applied += 1
+
     def _adapter(self, tenant_id: str, name: str) -> _Adapter:
         key = (tenant_id, name)
         adapter = self._adapters.get(key)

@@ -89,7 +89,8 @@ class GatewaySettings(CommonSettings):
     budgets: BudgetConfig = Field(default_factory=BudgetConfig)
     """Budgets in effect (from ``budgets_file`` when set, else the defaults)."""
     shares: dict[str, list[str]] = Field(default_factory=dict)
-    """Adapters shared across tenants: ``{"tenant": ["owner/name", ...]}`` (JSON in env)."""
+    """Static shares on top of the registry's (``tenant.events``):
+    ``{"tenant": ["owner/name", ...]}`` (JSON in env)."""
 
     max_cold_loads_per_worker: int = Field(default=2, ge=1)
     """Concurrent cold loads the gateway starts on one worker."""

@@ -210,7 +210,7 @@ TOPICS: Mapping[str, TopicSpec] = MappingProxyType(
                 events_pb2.TenantEvent,
                 2,
                 "tenant_id",
-                "registry outbox: tenants and API keys for the gateway auth view",
+                "registry outbox: tenants, API keys and adapter shares for the gateway views",
             ),
         )
     }

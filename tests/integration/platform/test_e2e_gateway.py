@@ -14,7 +14,8 @@ adapters, released with the ``loraplane`` CLI. The test walks one story:
    requests, split by a sticky key;
 5. promote, then rollback while a stream is in flight: the stream finishes on the
    version it started with, all new traffic is back on the stable version;
-6. another tenant's adapter and path-like names are refused with the right status;
+6. another tenant's adapter and path-like names are refused with the right status; a
+   share made with the CLI opens it, ending the share closes it again;
    a revoked key is refused;
 7. a fresh gateway bootstraps its adapter and placement views from the registry and
    the cache manager.
@@ -421,6 +422,22 @@ async def test_release_cold_hot_canary_rollback_refusals_revocation_bootstrap(
             assert denied.json()["error"]["type"] == "permission_error"
             models = await http.get("/v1/models", headers=auth)
             assert [m["id"] for m in models.json()["data"]] == ["support"]
+
+        # a share through the registry opens globex's adapter to acme; ending it closes it
+        await p.cli("adapters", "share", f"{b}/legal", "--with", a)
+
+        async def shared() -> bool:
+            return (await ta.status("legal", max_tokens=1, klass=BACKGROUND))[0] == \
+                grpc.StatusCode.OK
+
+        await eventually(shared, timeout_s=30, every_s=0.2)
+        assert "legal" in await p.cli("adapters", "shares", b)
+        await p.cli("adapters", "unshare", f"{b}/legal", "--with", a)
+
+        async def unshared() -> bool:
+            return (await ta.status("legal"))[0] == grpc.StatusCode.PERMISSION_DENIED
+
+        await eventually(unshared, timeout_s=10, every_s=0.1)
 
         await p.cli("keys", "revoke", a, key_a["key"]["key_id"])
         t0 = time.monotonic()

@@ -35,6 +35,15 @@ def key_revoked(tenant: str, key_id: str) -> events_pb2.TenantEvent:
     )
 
 
+def share_changed(owner: str, name: str, grantee: str,
+                  shared: bool = True) -> events_pb2.TenantEvent:
+    return events_pb2.TenantEvent(
+        meta=_meta(None, None),
+        adapter_share_changed=events_pb2.AdapterShareChanged(
+            tenant_id=owner, adapter_name=name, grantee_tenant_id=grantee, shared=shared),
+    )
+
+
 def tenant(tenant_id: str, disabled: bool = False) -> events_pb2.TenantEvent:
     return events_pb2.TenantEvent(
         meta=_meta(None, None),

@@ -15,7 +15,7 @@ from loraplane.gateway.catalog import (
 from loraplane.shared.errors import InvalidArgument
 from loraplane.v1 import common_pb2
 
-from .events import admitted, canary, promoted, retired, rolled_back
+from .events import admitted, canary, key_revoked, promoted, retired, rolled_back, share_changed
 
 
 def released(cat: AdapterCatalog) -> None:
@@ -92,6 +92,25 @@ def test_shared_adapter_is_visible_by_name() -> None:
     cat.apply_admission(admitted("globex", "support", "g1", 21))
     cat.apply_lifecycle(promoted("globex", "support", "g1", 21, at=1))
     assert cat.lookup("globex", "support").release.tenant_id == "globex"
+
+
+def test_registry_share_events_grant_and_end_access() -> None:
+    cat = AdapterCatalog()
+    released(cat)
+    with pytest.raises(AdapterForbidden):
+        cat.lookup("globex", "support")
+    cat.apply_tenant_event(share_changed("acme", "support", "globex"))
+    cat.apply_tenant_event(share_changed("acme", "support", "globex"))  # replayed: no change
+    assert cat.lookup("globex", "support").release.tenant_id == "acme"
+    assert [e.release.name for e in cat.visible_to("globex")] == ["support"]
+    cat.apply_tenant_event(key_revoked("acme", "k1"))  # other arms belong to the auth view
+    cat.apply_tenant_event(share_changed("acme", "support", "globex", shared=False))
+    with pytest.raises(AdapterForbidden) as info:
+        cat.lookup("globex", "support")
+    assert info.value.grpc_code == grpc.StatusCode.PERMISSION_DENIED
+    assert cat.visible_to("globex") == []
+    cat.apply_tenant_event(share_changed("acme", "support", "globex", shared=False))  # idempotent
+    assert cat.lookup("acme", "support").release.stable == "v1"  # the owner is unaffected
 
 
 def test_ambiguous_share_is_invalid() -> None:
