@@ -16,7 +16,7 @@ Base-model requests use ``adapter="_base"`` and the base model as ``version``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
@@ -36,10 +36,34 @@ _LABELS = ("tenant", "adapter", "version", "class")
 
 @dataclass(slots=True)
 class _Series:
+    """The label children of one (tenant, adapter, version, class), bound once; the
+    outcome and tier children are bound on first use."""
+
+    labels: tuple[str, str, str, str]
     ttft: Histogram
     duration: Histogram
     degraded: Counter
     budget_exceeded: Counter
+    requests_family: Counter
+    routed_family: Counter
+    outcomes: dict[str, Counter] = field(default_factory=dict)
+    routed: dict[str, Counter] = field(default_factory=dict)
+
+    def outcome(self, outcome: str) -> None:
+        """Count one finished request."""
+        c = self.outcomes.get(outcome)
+        if c is None:
+            c = self.requests_family.labels(*self.labels, outcome)
+            self.outcomes[outcome] = c
+        c.inc()
+
+    def routed_to(self, tier: str) -> None:
+        """Count one routing decision."""
+        c = self.routed.get(tier)
+        if c is None:
+            c = self.routed_family.labels(*self.labels, tier)
+            self.routed[tier] = c
+        c.inc()
 
 
 class GatewayMetrics(PerRegistry):
@@ -88,8 +112,6 @@ class GatewayMetrics(PerRegistry):
             registry=registry,
         )
         self._series: dict[tuple[str, str, str, str], _Series] = {}
-        self._outcomes: dict[tuple[str, str, str, str, str], Counter] = {}
-        self._routed: dict[tuple[str, str, str, str, str], Counter] = {}
 
     def series(self, tenant: str, adapter: str, version: str, klass: str) -> _Series:
         """Label children of one (tenant, adapter, version, class), cached."""
@@ -97,26 +119,17 @@ class GatewayMetrics(PerRegistry):
         s = self._series.get(key)
         if s is None:
             s = _Series(
-                self.ttft.labels(*key), self.duration.labels(*key),
+                key, self.ttft.labels(*key), self.duration.labels(*key),
                 self.degraded.labels(*key), self.budget_exceeded.labels(*key),
+                self.requests, self.routed,
             )
             self._series[key] = s
         return s
 
     def outcome(self, labels: tuple[str, str, str, str], outcome: str) -> None:
         """Count one finished request."""
-        key = (*labels, outcome)
-        c = self._outcomes.get(key)
-        if c is None:
-            c = self.requests.labels(*key)
-            self._outcomes[key] = c
-        c.inc()
+        self.series(*labels).outcome(outcome)
 
     def routed_to(self, labels: tuple[str, str, str, str], tier: str) -> None:
         """Count one routing decision."""
-        key = (*labels, tier)
-        c = self._routed.get(key)
-        if c is None:
-            c = self.routed.labels(*key)
-            self._routed[key] = c
-        c.inc()
+        self.series(*labels).routed_to(tier)

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -77,16 +77,9 @@ from loraplane.v1 import common_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
 BASE_LABEL = "_base"
 """``adapter`` metric label of base-model requests."""
 MAX_ROUTE_ATTEMPTS = 2
+"""Workers tried for one request when a worker is UNAVAILABLE before its first token."""
 VERSION_LEVEL_REASONS = frozenset({"draining", "cold", "in_use"})
 """Worker refusals about one version (not the worker): re-plan, never mark the worker down."""
-
-
-def _trailing(err: grpc.aio.AioRpcError, key: str) -> str:
-    for k, v in err.trailing_metadata() or ():
-        if k == key:
-            return v if isinstance(v, str) else v.decode()
-    return ""
-"""Workers tried for one request when a worker is UNAVAILABLE before its first token."""
 MAX_STOP_STRINGS = 16
 """Stop strings a request may carry."""
 MAX_REQUEST_KEY_CHARS = 256
@@ -126,6 +119,13 @@ class WorkerStubs(Protocol):
         """The WorkerInternal stub for ``address``."""
 
 
+def _trailing(err: grpc.aio.AioRpcError, key: str) -> str:
+    for k, v in err.trailing_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode()
+    return ""
+
+
 def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[str]:
     """Every problem of a request's generation parameters (empty list: valid)."""
     problems = []
@@ -153,8 +153,12 @@ def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[
 
 
 def new_request_id() -> str:
-    """A fresh request id (UUID4 hex)."""
-    return uuid.uuid4().hex
+    """A fresh request id: a random UUID (version 4) as 32 hex digits, like
+    ``uuid.uuid4().hex`` at a third of its cost."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return b.hex()
 
 
 class Gateway:
@@ -371,7 +375,7 @@ class Gateway:
                     target = await self._plan(info, budget, request_class, started, exclude)
                 if target.budget_exceeded:
                     series.budget_exceeded.inc()
-                self.metrics.routed_to(labels, TIER_NAMES.get(target.tier, "unspecified"))
+                series.routed_to(TIER_NAMES.get(target.tier, "unspecified"))
                 wreq = self._worker_request(rid, req, request_class, ref, info, base_model,
                                             target, started + timeout)
                 wid = target.worker.worker_id
@@ -434,7 +438,7 @@ class Gateway:
             raise
         finally:
             end = self._monotonic()
-            self.metrics.outcome(labels, outcome)
+            series.outcome(outcome)
             if first_at:
                 series.ttft.observe(first_at - started)
             series.duration.observe(end - started)

@@ -322,3 +322,16 @@ async def test_completions_become_heat_batches() -> None:
         assert items[0].tier_at_arrival == common_pb2.TIER_HOT and items[0].output_tokens == 3
         assert items[0].meta.adapter.version == "v1" and items[0].engine_id == 11
         assert batches["code"].completions[0].degraded_to_base
+
+
+def test_request_ids_are_random_uuid4_hex() -> None:
+    import uuid
+
+    from loraplane.gateway.service import new_request_id
+
+    ids = {new_request_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for rid in list(ids)[:200]:
+        assert len(rid) == 32 and rid == rid.lower()
+        u = uuid.UUID(hex=rid)
+        assert u.version == 4 and u.variant == uuid.RFC_4122 and u.hex == rid
