@@ -9,7 +9,10 @@ default, never what a test of the worker's behaviour runs on, and never started 
     app = WorkerApp(settings, engine)
 
 Every generated token id is ``engine_id % 1000`` of the request's adapter (the base
-model goes through the zero adapter, like on a real engine).
+model goes through the zero adapter, like on a real engine). ``tokens_per_chunk`` > 1
+puts up to that many tokens in one chunk, as vLLM does with ``RequestOutputKind.DELTA``
+when tokens are produced faster than the consumer reads them (its output collector merges
+the deltas it holds); 1 (the default) is one chunk per token.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ class NullEngine:
     """:class:`~loraplane.worker.engine.Engine` that generates fixed tokens instantly."""
 
     def __init__(self, limits: EngineLimits, base_model_dir: Path, *,
-                 token_delay_s: float = 0.0, prompt_tokens: int = 8) -> None:
-        """``token_delay_s``: simulated time per output token."""
+                 token_delay_s: float = 0.0, prompt_tokens: int = 8,
+                 tokens_per_chunk: int = 1) -> None:
+        """``token_delay_s``: simulated time per output token; ``tokens_per_chunk``: most
+        tokens in one chunk (see the module doc)."""
+        if tokens_per_chunk < 1:
+            raise ValueError("tokens_per_chunk must be >= 1")
         self._limits = limits
         self._base_model_dir = Path(base_model_dir)
         self.token_delay_s = token_delay_s
         self.prompt_tokens = prompt_tokens
+        self.tokens_per_chunk = tokens_per_chunk
         self._registered: dict[int, EngineAdapter] = {}
         self._pinned: set[int] = set()
         self._running: set[str] = set()
@@ -73,20 +81,22 @@ class NullEngine:
         return set(self._registered)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineChunk]:
-        """``max_tokens`` chunks of one token each."""
+        """``max_tokens`` tokens, ``tokens_per_chunk`` (or fewer, at the end) per chunk."""
         token = request.adapter.engine_id % 1000
         n = request.sampling.max_tokens
+        per = self.tokens_per_chunk
         self._running.add(request.request_id)
         try:
-            for i in range(n):
+            for start in range(0, n, per):
+                k = min(per, n - start)
                 if self.token_delay_s:
-                    await asyncio.sleep(self.token_delay_s)
+                    await asyncio.sleep(self.token_delay_s * k)
                 if request.request_id in self._aborted:
                     yield EngineChunk("", (), True, "abort", self.prompt_tokens)
                     return
-                last = i == n - 1
-                yield EngineChunk(f"t{token} ", (token,), last, "length" if last else None,
-                                  self.prompt_tokens)
+                last = start + k == n
+                yield EngineChunk(f"t{token} " * k, (token,) * k, last,
+                                  "length" if last else None, self.prompt_tokens)
         finally:
             self._running.discard(request.request_id)
             self._aborted.discard(request.request_id)
