@@ -29,6 +29,14 @@ registration); every request then carries that version's real engine id, digest 
 rank. ``--worker echo`` swaps in the echo worker of
 :mod:`loraplane.gateway.echo_worker` (a bare ``WorkerInternal`` server without the
 worker service). The JSON's ``worker`` / ``worker_kind`` say which worker was used.
+
+CPU: ``<target>_cpu_us_per_request`` is the measured process's (the worker for direct,
+else the proxy or the gateway) during the throughput phase, beside the worker's and all
+clients' in the same phase; ``gateway_capacity_rps`` / ``proxy_capacity_rps`` = 1e6 /
+CPU µs per request (one process on one dedicated core), while ``gateway_rps`` is what the
+shared machine delivered. ``--tokens-per-message`` (null engine chunk size) and
+``--uvloop`` apply to every path alike; the messages and tokens each request received are
+counted by the clients (``<target>_messages_per_request``).
 Writes ``.loraplane/bench/gateway.json``.
 """
 
