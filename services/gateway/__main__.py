@@ -20,8 +20,9 @@ async def serve(settings: GatewaySettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     app = GatewayApp(settings)
     await app.start()
-    log.info("gateway serving: grpc %s:%d, http %s:%d", settings.bind_host, app.grpc_port,
-             settings.bind_host, app.http_port if app.http else 0)
+    log.info("gateway serving: grpc %s:%d, http %s:%d, event loop %s", settings.bind_host,
+             app.grpc_port, settings.bind_host, app.http_port if app.http else 0,
+             type(loop).__module__.split(".")[0])
     await stop.wait()
     log.info("gateway stopping")
     await app.stop()

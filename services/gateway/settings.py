@@ -45,8 +45,8 @@ class GatewaySettings(CommonSettings):
     """Port of ``/metrics`` (0 = disabled)."""
     bind_host: str = "127.0.0.1"
     """Interface the public APIs bind to."""
-    uvloop: bool = False
-    """Run the event loop on uvloop."""
+    uvloop: bool = True
+    """Run the event loop on uvloop (6-16 % less gateway CPU per request in bench-gateway)."""
 
     registry_addr: str = Field(
         default="127.0.0.1:19051",

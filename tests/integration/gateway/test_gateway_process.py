@@ -61,6 +61,8 @@ def test_module_serves_health_metrics_http_and_stops_on_sigterm(stack: Stack) ->
             assert err.code == 401
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+        log = proc.stdout.read().decode() if proc.stdout else ""
+        assert "event loop uvloop" in log, log  # the default: less CPU per request
     finally:
         if proc.poll() is None:
             proc.kill()
