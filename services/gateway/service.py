@@ -378,6 +378,8 @@ class Gateway:
                 series.routed_to(TIER_NAMES.get(target.tier, "unspecified"))
                 wreq = self._worker_request(rid, req, request_class, ref, info, base_model,
                                             target, started + timeout)
+                # the canary must not be the worker's own LRU victim mid-split
+                wreq.never_evict = canary and info is not None and not target.use_base
                 wid = target.worker.worker_id
                 call = self.workers.stub(target.worker.address).Generate(
                     wreq, timeout=max(0.001, started + timeout - self._monotonic())

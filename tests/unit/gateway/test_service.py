@@ -175,6 +175,10 @@ async def test_canary_gets_its_share_only_once_warm() -> None:
         assert all(r.canary == (r.adapter.version == "v2") for r in res)
         again = [(await collect(h, req(request_key=k, max_tokens=1)))[0].resolved for k in keys]
         assert [r.adapter.version for r in again] == [r.adapter.version for r in res]  # sticky
+        # the worker is told never to pick the canary as its own LRU victim; stable: no
+        sent = [r for w in h.workers.values() for r in w.requests]
+        assert sent and all(r.never_evict == (r.engine_id == 12) for r in sent)
+        assert any(r.never_evict for r in sent) and not all(r.never_evict for r in sent)
 
 
 async def test_stream_in_flight_keeps_its_version_across_a_rollback() -> None:
