@@ -35,7 +35,8 @@ else the proxy or the gateway) during the throughput phase, beside the worker's 
 clients' in the same phase; ``gateway_capacity_rps`` / ``proxy_capacity_rps`` = 1e6 /
 CPU µs per request (one process on one dedicated core), while ``gateway_rps`` is what the
 shared machine delivered. ``--tokens-per-message`` (null engine chunk size) and
-``--uvloop`` apply to every path alike; the messages and tokens each request received are
+``--uvloop`` / ``--no-uvloop`` (default: uvloop, like the gateway process) apply to every
+path alike; the messages and tokens each request received are
 counted by the clients (``<target>_messages_per_request``).
 Writes ``.loraplane/bench/gateway.json``.
 """
@@ -449,8 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens-per-message", type=int, default=1,
                     help="tokens per streamed message (the null engine's chunk size, as vLLM "
                          "merges deltas produced faster than they are read); all paths alike")
-    ap.add_argument("--uvloop", action="store_true",
-                    help="run every server process (worker, proxy, gateway) on uvloop")
+    ap.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=True,
+                    help="run every server process (worker, proxy, gateway) on uvloop, as the "
+                         "gateway runs by default (default: %(default)s)")
     ap.add_argument("--clients", type=int, default=2, help="load generator processes")
     ap.add_argument("--worker", choices=WORKERS, default="null",
                     help="null: the worker service on its null engine; echo: the echo worker")
