@@ -74,7 +74,8 @@ class Placement:
     pinned: bool = False
     never_evict: bool = False
     """Protected by policy (active canary, platinum...): the worker's own request-path
-    demotion never picks it; only an explicit EvictAdapter command removes it from HOT."""
+    demotion picks it only when every other HOT version is pinned, busy or protected too
+    (the policy's HOT guarantee is the pin; its WARM guarantee is the cache manager's)."""
     in_flight: int = 0
     draining: bool = False
     last_used_at: datetime | None = None
@@ -253,8 +254,8 @@ class AdapterManager:
         """Bring ``spec`` to ``target_tier`` (WARM or HOT), pinning it when asked.
 
         ``make_room`` (request path only): when every HOT registration is taken, demote
-        the least recently used idle version that is neither pinned nor never-evict
-        instead of failing with :class:`NoCapacity`. ``never_evict`` sets the version's
+        the least recently used idle unpinned version (never-evict ones only when nothing
+        else can go) instead of failing with :class:`NoCapacity`. ``never_evict`` sets the version's
         protection (``None`` keeps what it has): a cache command sets it afresh, the
         request path only ever raises it. Idempotent: loading what is already there
         reports it.
@@ -338,26 +339,26 @@ class AdapterManager:
         )
 
     async def _demote_lru(self, exclude: int) -> bool:
-        """Demote the least recently used idle HOT version that is neither pinned nor
-        never-evict; False if none (never-evict is the cache manager's call alone)."""
+        """Demote the least recently used idle, unpinned HOT version, never-evict ones last
+        (a worker full of them must still serve: the version stays WARM, which is what the
+        policy guarantees beyond its pinned share); False if none."""
         epoch = datetime.min.replace(tzinfo=UTC)
         candidates = sorted(
             (
                 p for eid, p in self.placements.items()
-                if eid != exclude and p.hot and not p.pinned and not p.never_evict
+                if eid != exclude and p.hot and not p.pinned
                 and p.in_flight == 0 and not p.draining and not self._lock(eid).locked()
             ),
-            key=lambda p: p.last_used_at or p.loaded_at or epoch,
+            key=lambda p: (p.never_evict, p.last_used_at or p.loaded_at or epoch),
         )
         for victim in candidates:
             async with self._lock(victim.spec.engine_id):
-                if (not victim.hot or victim.pinned or victim.never_evict or victim.in_flight
-                        or victim.draining):
+                if not victim.hot or victim.pinned or victim.in_flight or victim.draining:
                     continue
                 await self.engine.unregister(victim.spec.engine_id)
                 victim.hot = False
             outcome = EvictOutcome(victim.spec, victim.spec.engine_id, TIER_HOT, TIER_WARM,
-                                   "worker_lru")
+                                   "worker_lru_protected" if victim.never_evict else "worker_lru")
             self._count_eviction(outcome)
             if self.on_event is not None:
                 await self.on_event(outcome)
@@ -476,8 +477,8 @@ class AdapterManager:
         ``spec`` None serves the base model through the zero adapter. A COLD version is
         loaded only when ``allow_cold`` (within ``cold_timeout_s``; the load itself goes
         on after a timeout, so the next request finds it); otherwise :class:`AdapterCold`.
-        ``never_evict`` (the gateway says the version is an active canary) protects a
-        version this request loads from the worker's own demotion.
+        ``never_evict`` (the gateway says the version is an active canary) makes a version
+        this request loads the worker's own demotion's last choice.
         """
         if spec is None:
             yield Lease(self.zero_adapter, TIER_HOT, None)

@@ -248,7 +248,7 @@ async def test_request_path_never_demotes_never_evict_versions(
     assert rig.model.violations == []
 
 
-async def test_request_path_fails_cleanly_when_every_hot_version_is_protected(
+async def test_a_worker_full_of_protected_versions_still_serves(
     rig: Rig, make_adapter: MakeAdapter
 ) -> None:
     ex = CommandExecutor(rig.manager, worker_id="w1")
@@ -257,11 +257,18 @@ async def test_request_path_fails_cleanly_when_every_hot_version_is_protected(
         cmd = load(s, HOT)
         cmd.load.never_evict = True
         await run(ex, cmd)
-    with pytest.raises(NoCapacity, match="evict one"):
-        async with rig.manager.use(specs[-1], allow_cold=True):
-            pass
-    assert all(rig.manager.placements[s.engine_id].tier == HOT for s in specs[:-1])
-    assert not any(isinstance(e, EvictOutcome) for e in rig.events)
+    pinned = load(specs[1], HOT, pin=True)  # a pin is the hard HOT guarantee
+    await run(ex, pinned)
+    # nothing unprotected is left: the least recently used protected, unpinned version goes
+    # back to WARM (what the policy guarantees beyond its pinned share) instead of the
+    # request failing; the reason says it was a protected one
+    async with rig.manager.use(specs[-1], allow_cold=True) as lease:
+        assert lease.tier_at_arrival == COLD
+    demoted = [(e.engine_id, e.reason) for e in rig.events if isinstance(e, EvictOutcome)]
+    assert demoted == [(specs[0].engine_id, "worker_lru_protected")]
+    assert rig.manager.placements[specs[0].engine_id].tier == WARM
+    assert rig.manager.placements[specs[1].engine_id].tier == HOT
+    assert rig.model.violations == []
 
 
 async def test_cold_request_needs_permission_and_budget(rig: Rig,
