@@ -69,7 +69,7 @@ from loraplane.registry.status import (
 )
 from loraplane.shared import outbox
 from loraplane.shared.dedupe import claim
-from loraplane.shared.errors import AlreadyExists, NotFound
+from loraplane.shared.errors import AlreadyExists, FailedPrecondition, NotFound
 from loraplane.shared.signing import SIGNATURE_FILENAME
 from loraplane.shared.topics import Clock, new_meta, utc_now
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2
@@ -333,10 +333,32 @@ async def share_adapter(
 ) -> tuple[bool, list[str]]:
     """Let ``grantee_tenant_id`` call ``tenant_id/adapter_name`` by name; returns
     (changed, every grantee). Idempotent: an existing share changes nothing and emits
-    nothing."""
+    nothing. A name the grantee could not resolve to this adapter is refused
+    (FAILED_PRECONDITION): its own adapter of that name, or another owner's shared under
+    that name."""
     adapter_id = await _share_target(conn, tenant_id=tenant_id, adapter_name=adapter_name,
                                      grantee_tenant_id=grantee_tenant_id)
     await _tenant_row(conn, grantee_tenant_id, lock="FOR SHARE")
+    # one share decision per grantee at a time (an advisory lock, not a row lock: two
+    # tenants sharing with each other must not deadlock)
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                       f"loraplane.share:{grantee_tenant_id}")
+    if await conn.fetchval("SELECT 1 FROM adapters WHERE tenant_id = $1 AND name = $2",
+                           grantee_tenant_id, adapter_name):
+        raise FailedPrecondition(
+            f"tenant {grantee_tenant_id!r} has its own adapter {adapter_name!r}; a share of "
+            f"{adapter_id!r} would never be used"
+        )
+    other = await conn.fetchval(
+        "SELECT a.adapter_id FROM adapter_shares s JOIN adapters a ON a.adapter_id = s.adapter_id "
+        "WHERE s.tenant_id = $1 AND a.name = $2 AND a.adapter_id <> $3",
+        grantee_tenant_id, adapter_name, adapter_id,
+    )
+    if other is not None:
+        raise FailedPrecondition(
+            f"tenant {grantee_tenant_id!r} already has {other!r} shared under the name "
+            f"{adapter_name!r}; unshare it first"
+        )
     inserted = await conn.fetchval(
         "INSERT INTO adapter_shares (adapter_id, tenant_id) VALUES ($1, $2) "
         "ON CONFLICT DO NOTHING RETURNING 1",
@@ -359,6 +381,7 @@ async def unshare_adapter(
     """End a share; returns (changed, the grantees left). Idempotent."""
     adapter_id = await _share_target(conn, tenant_id=tenant_id, adapter_name=adapter_name,
                                      grantee_tenant_id=grantee_tenant_id)
+    await _tenant_row(conn, grantee_tenant_id)  # an unknown grantee is NOT_FOUND, not "no-op"
     deleted = await conn.fetchval(
         "DELETE FROM adapter_shares WHERE adapter_id = $1 AND tenant_id = $2 RETURNING 1",
         adapter_id, grantee_tenant_id,
@@ -385,7 +408,7 @@ async def list_shares(
     if adapter_name and await conn.fetchval(
         "SELECT 1 FROM adapters WHERE adapter_id = $1", f"{tenant_id}/{adapter_name}"
     ) is None:
-        raise NotFound(f"adapter {tenant_id}/{adapter_name!r} does not exist")
+        raise NotFound(f"adapter {tenant_id + '/' + adapter_name!r} does not exist")
     rows = await conn.fetch(
         "SELECT a.tenant_id AS owner, a.name, s.tenant_id AS grantee, s.created_at "
         "FROM adapter_shares s JOIN adapters a ON a.adapter_id = s.adapter_id "

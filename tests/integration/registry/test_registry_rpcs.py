@@ -214,6 +214,45 @@ async def test_adapter_shares(registry: Registry, unique: str) -> None:
     after = await registry.call("ListShares", R.ListSharesRequest(tenant_id=owner))
     assert [x.grantee_tenant_id for x in after.shares] == [third]
 
+    # Names the grantee could not resolve to this adapter: FAILED_PRECONDITION, nothing kept.
+    await registry.register(other, "bot", "o1")  # other now owns a "bot" of its own
+    await registry.register(other, "helper", "h1")
+    await registry.register(owner, "helper", "v1")
+    await registry.call("ShareAdapter", R.ShareAdapterRequest(
+        tenant_id=other, adapter_name="helper", grantee_tenant_id=third))
+    conflicts = [
+        (R.ShareAdapterRequest(tenant_id=owner, adapter_name="bot", grantee_tenant_id=other),
+         "its own adapter 'bot'"),
+        (R.ShareAdapterRequest(tenant_id=owner, adapter_name="helper", grantee_tenant_id=third),
+         f"already has '{other}/helper' shared"),
+    ]
+    for req, words in conflicts:
+        try:
+            await registry.call("ShareAdapter", req)
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == Code.FAILED_PRECONDITION, (req, exc)
+            assert words in (exc.details() or ""), exc.details()
+        else:
+            raise AssertionError(f"{req} accepted")
+    helper = await registry.call("ListShares", R.ListSharesRequest(tenant_id=owner,
+                                                                    adapter_name="helper"))
+    assert list(helper.shares) == []
+    # Unshare names an unknown grantee or adapter as such; ListShares too.
+    for method, req, words in (
+        ("UnshareAdapter", R.UnshareAdapterRequest(
+            tenant_id=owner, adapter_name="bot", grantee_tenant_id=f"nobody-{unique}"),
+         f"nobody-{unique}"),
+        ("ListShares", R.ListSharesRequest(tenant_id=owner, adapter_name="nope"),
+         f"'{owner}/nope'"),
+    ):
+        try:
+            await registry.call(method, req)
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == Code.NOT_FOUND, (req, exc)
+            assert words in (exc.details() or ""), exc.details()
+        else:
+            raise AssertionError(f"{req} accepted")
+
     # The gateway learns every change, in order, keyed by the owner.
     events = await registry.read(TENANT_EVENTS, lambda evs: any(
         e.adapter_share_changed.grantee_tenant_id == other
