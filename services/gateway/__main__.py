@@ -35,8 +35,9 @@ def main() -> None:
     if settings.uvloop:
         import uvloop
 
-        uvloop.install()
-    asyncio.run(serve(settings))
+        uvloop.run(serve(settings))
+    else:
+        asyncio.run(serve(settings))
 
 
 if __name__ == "__main__":

@@ -137,10 +137,13 @@ class AdapterCatalog:
         self._adapters: dict[tuple[str, str], _Adapter] = {}
         self._owners: dict[str, set[str]] = {}
         self._shares: dict[str, dict[str, list[tuple[str, str]]]] = {}
+        self._static: set[tuple[str, str, str]] = set()
+        """(owner, name, tenant) from settings: a registry unshare does not remove them."""
         for tenant, ids in (shares or {}).items():
             for adapter_id in ids:
                 owner, _, name = adapter_id.partition("/")
                 self.share(owner, name, tenant)
+                self._static.add((owner, name, tenant))
         self.events_applied = 0
         """Events applied (readiness, tests)."""
 
@@ -154,7 +157,9 @@ class AdapterCatalog:
             pairs.append((owner, name))
 
     def unshare(self, owner: str, name: str, with_tenant: str) -> None:
-        """End a share (idempotent)."""
+        """End a share (idempotent; static shares from settings stay)."""
+        if (owner, name, with_tenant) in self._static:
+            return
         by_name = self._shares.get(with_tenant, {})
         pairs = by_name.get(name, [])
         if (owner, name) in pairs:

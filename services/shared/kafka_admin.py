@@ -9,7 +9,9 @@ from loraplane.shared.topics import TOPICS
 
 
 async def ensure_topics(bootstrap: str) -> list[str]:
-    """Create every topic of :data:`TOPICS` that is missing; returns the ones created."""
+    """Create every topic of :data:`TOPICS` that is missing, with its configs (e.g.
+    ``tenant.events`` never expires: the gateway replays it from the start); returns the
+    ones created. An existing topic keeps its configs (Tansu has no AlterConfigs)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -18,8 +20,10 @@ async def ensure_topics(bootstrap: str) -> list[str]:
         created: list[str] = []
         for spec in missing:
             try:
-                await admin.create_topics([NewTopic(spec.name, num_partitions=spec.partitions,
-                                                    replication_factor=1)])
+                await admin.create_topics([NewTopic(
+                    spec.name, num_partitions=spec.partitions, replication_factor=1,
+                    topic_configs=dict(spec.configs) or None,
+                )])
                 created.append(spec.name)
             except TopicAlreadyExistsError:
                 pass

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 
@@ -130,6 +130,8 @@ class TopicSpec:
     """What the key is: ``"adapter_id"``, ``"worker_id"`` or ``"tenant_id"``."""
     description: str
     """Who produces what, for humans."""
+    configs: Mapping[str, str] = field(default_factory=dict)
+    """Topic configs set when the topic is created (e.g. ``retention.ms``)."""
 
     def key_bytes(self, msg: Message) -> bytes:
         """The UTF-8 key of ``msg``; refuses a message of another type."""
@@ -147,9 +149,11 @@ def _spec(
     partitions: int,
     key_kind: str,
     description: str,
+    configs: Mapping[str, str] | None = None,
 ) -> TopicSpec:
     keys = {"adapter_id": _adapter_key, "worker_id": _worker_key, "tenant_id": _tenant_key}
-    return TopicSpec(name, message_type, partitions, keys[key_kind], key_kind, description)
+    return TopicSpec(name, message_type, partitions, keys[key_kind], key_kind, description,
+                     MappingProxyType(dict(configs or {})))
 
 
 TOPICS: Mapping[str, TopicSpec] = MappingProxyType(
@@ -211,6 +215,8 @@ TOPICS: Mapping[str, TopicSpec] = MappingProxyType(
                 2,
                 "tenant_id",
                 "registry outbox: tenants, API keys and adapter shares for the gateway views",
+                # the gateway rebuilds keys and shares by replaying it from the start
+                {"retention.ms": "-1"},
             ),
         )
     }

@@ -97,3 +97,27 @@ async def test_broker_kill_and_restart_keeps_topics_and_offsets(stack: Stack, un
     finally:
         await consumer.stop()
     assert committed == 4
+
+
+async def test_tenant_events_never_expire(stack: Stack) -> None:
+    """The gateway rebuilds its keys and shares by replaying ``tenant.events`` from the start,
+    so ``ensure_topics`` creates it with infinite retention (others keep the default)."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from loraplane.shared.topics import CACHE_STATE, TENANT_EVENTS
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_configs([
+            ConfigResource(ConfigResourceType.TOPIC, TENANT_EVENTS),
+            ConfigResource(ConfigResourceType.TOPIC, CACHE_STATE),
+        ])
+    finally:
+        await admin.close()
+    configs = {
+        res[3]: {entry[0]: entry[1] for entry in res[4]}
+        for resp in described for res in resp.resources
+    }
+    assert configs[TENANT_EVENTS].get("retention.ms") == "-1", configs
+    assert configs[CACHE_STATE].get("retention.ms") != "-1", configs

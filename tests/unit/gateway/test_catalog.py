@@ -113,6 +113,14 @@ def test_registry_share_events_grant_and_end_access() -> None:
     assert cat.lookup("acme", "support").release.stable == "v1"  # the owner is unaffected
 
 
+def test_a_registry_unshare_leaves_static_shares_alone() -> None:
+    cat = AdapterCatalog(shares={"globex": ["acme/support"]})
+    released(cat)
+    cat.apply_tenant_event(share_changed("acme", "support", "globex"))
+    cat.apply_tenant_event(share_changed("acme", "support", "globex", shared=False))
+    assert cat.lookup("globex", "support").release.tenant_id == "acme"  # still shared
+
+
 def test_ambiguous_share_is_invalid() -> None:
     cat = AdapterCatalog(shares={"initech": ["acme/support", "globex/support"]})
     released(cat)
