@@ -24,8 +24,9 @@ object-store GET + sha256 of the same bytes, measured in one run.
 Small adapters are dominated by vLLM's fixed ``add_lora`` cost (~20 ms for the 112
 LoRA modules of these adapters on a CPU), which the raw baseline does not pay; the
 ``fetch_verify_*`` fields show the I/O side alone (object store → verified on disk).
-``ratio_ceiling`` = raw / (raw + register) is the best ratio any pipeline could reach
-with that engine cost; ``status`` says ``met``, ``missed`` or ``unreachable (ceiling x)``.
+``ratio_ceiling`` = raw / (raw + register) is the best ratio a pipeline could reach
+with that engine cost if its fetch is no faster than the baseline's single-stream GET
+(parallel ranged GETs were measured: not faster on this host; see ``store.py``); ``status`` says ``met``, ``missed`` or ``unreachable (ceiling x)``.
 """
 
 from __future__ import annotations
