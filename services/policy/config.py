@@ -69,8 +69,8 @@ class Weights:
 class ScoreConfig:
     """How the heat score is computed."""
 
-    rate_window_s: float = 600.0
-    """Time constant of the decayed request count used for HOT ("qps over the last 10 minutes")."""
+    rate_window_s: float = 300.0
+    """Time constant of the decayed request count used for HOT ("qps over the last 5 minutes")."""
     warm_rate_window_s: float = 3600.0
     """Time constant of the request count used for WARM, whose residency is hours, not minutes."""
     weights: Weights = field(default_factory=Weights)
@@ -88,6 +88,12 @@ class ScoreConfig:
     the ~300 ms TTFT budget less the prefill of a long prompt (~200 ms)."""
     warm_size_exponent: float = 1.0
     """WARM ranks by ``heat / size_GB ** warm_size_exponent`` (0: ignore size, 1: value per byte)."""
+    liveness_scale: float = 0.3
+    """HOT rate discount once a version has been idle for many of its own mean request gaps (a
+    burst or a switched-off stream that ended): the rate is multiplied by
+    ``(1 + odds) / (1 + odds * exp(liveness_scale * idle / mean_gap))``. 0 turns it off."""
+    liveness_odds: float = 0.01
+    """Prior odds that a version's request stream has ended (the ``odds`` above)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +251,12 @@ def _score(problems: list[str], raw: Any) -> ScoreConfig:
         kwargs["qps_ref"] = _positive(problems, "score.qps_ref", d["qps_ref"])
     if "penalty_ref_s" in d:
         kwargs["penalty_ref_s"] = _positive(problems, "score.penalty_ref_s", d["penalty_ref_s"])
+    if "liveness_scale" in d:
+        kwargs["liveness_scale"] = _number(
+            problems, "score.liveness_scale", d["liveness_scale"], lo=0.0
+        )
+    if "liveness_odds" in d:
+        kwargs["liveness_odds"] = _positive(problems, "score.liveness_odds", d["liveness_odds"])
     if "warm_size_exponent" in d:
         kwargs["warm_size_exponent"] = _number(
             problems, "score.warm_size_exponent", d["warm_size_exponent"], lo=0.0, hi=2.0

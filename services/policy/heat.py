@@ -34,6 +34,7 @@ from .predicates import (
 )
 from .score import hot_terms, size_factor, warm_value
 from .snapshot import Snapshot, VersionMeta, WorkerState
+from .stats import GAP_SMOOTHING
 
 _NO_PROTECTION = 0
 _CANARY = 1
@@ -101,6 +102,10 @@ class HeatOnline:
         self._k_hot = [0.0] * n
         self._k_warm = [0.0] * n
         self._last = [-math.inf] * n
+        self._gap = [0.0] * n
+        """Smoothed inter-arrival gap per version (0: unknown), as ``StatsView.mean_gap_s``."""
+        self._live_scale = sc.liveness_scale
+        self._live_odds = sc.liveness_odds
         self._cls = [[0, 0, 0] for _ in range(n)]
         self._mult_hot = [0.0] * n
         """(a + b * penalty_hot) / tau: multiplies the rebased HOT count."""
@@ -147,8 +152,14 @@ class HeatOnline:
         rel = now - self._base
         self._k_hot[v] += math.exp(rel / self._tau)
         self._k_warm[v] += math.exp(rel / self._tau_w)
-        self._last[v] = now
         cls = self._cls[v]
+        last = self._last[v]
+        if last > -math.inf:
+            gap = max(0.0, now - last)
+            self._gap[v] = gap if sum(cls) == 1 else (
+                (1.0 - GAP_SMOOTHING) * self._gap[v] + GAP_SMOOTHING * gap
+            )
+        self._last[v] = now
         cls[ctx.classes[i]] += 1
         ci, cb, cc = cls
         total = ci + cb + cc
@@ -230,10 +241,21 @@ class HeatOnline:
 
     def heat_hot(self, v: int, now: float) -> float:
         """Heat for the HOT ranking (penalty: reload from WARM over budget); -1 if superseded."""
-        if self.superseded(v):
+        return self._heat_hot(v, now, math.exp(-(now - self._base) / self._tau))
+
+    def _heat_hot(self, v: int, now: float, decay: float) -> float:
+        """:meth:`heat_hot` with the common decay factor already computed."""
+        if self._superseded[v]:
             return -1.0
-        decay = math.exp(-(now - self._base) / self._tau)
-        return self._k_hot[v] * decay * self._mult_hot[v] + self._prio[v]
+        rate = self._k_hot[v] * decay * self._mult_hot[v]
+        gap = self._gap[v]
+        if gap > 0.0 and self._live_scale > 0.0:
+            # score.liveness, inlined: the stream most likely ended after many mean gaps idle
+            x = self._live_scale * (now - self._last[v]) / gap
+            if x > 0.0:
+                odds = self._live_odds
+                rate *= (1.0 + odds) / (1.0 + odds * math.exp(min(x, 50.0)))
+        return rate + self._prio[v]
 
     def value_warm(self, v: int, now: float) -> float:
         """WARM ranking key: WARM heat (penalty: load from COLD) per GB^exponent; -1 if superseded."""
@@ -284,8 +306,8 @@ class HeatOnline:
         member is protected, the coolest protected one goes (protection overflow).
         """
         decay = math.exp(-(now - self._base) / self._tau)
-        k, mult, prio, last, prot = self._k_hot, self._mult_hot, self._prio, self._last, self._prot
-        sup = self._superseded
+        last, prot = self._last, self._prot
+        heat = self._heat_hot
         idle_before = now - self._idle_s
         best = math.inf
         best_v = -1
@@ -300,7 +322,7 @@ class HeatOnline:
                 continue
             if busy.get(u, 0.0) > now:
                 continue
-            h = -1.0 if sup[u] else k[u] * decay * mult[u] + prio[u]
+            h = heat(u, now, decay)
             if h < best or (h == best and u < best_v):
                 best, best_v = h, u
         within_share = n_canary <= self._limit[_CANARY] and n_priority <= self._limit[_PRIORITY]
@@ -314,8 +336,7 @@ class HeatOnline:
             kind = prot[u]
             if not kind or last[u] < idle_before or busy.get(u, 0.0) > now:
                 continue
-            h = -1.0 if sup[u] else k[u] * decay * mult[u] + prio[u]
-            protected[kind].append((h, u))
+            protected[kind].append((heat(u, now, decay), u))
         candidates = [] if best_v < 0 else [(best, best_v)]
         for kind, members in protected.items():
             members.sort()

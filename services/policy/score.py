@@ -27,6 +27,7 @@ WARM holds bytes, so it ranks by value per byte:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .config import ScoreConfig
@@ -35,6 +36,8 @@ from .model import REQUEST_CLASSES, Tier
 from .snapshot import VersionMeta
 from .stats import StatsView
 
+_MAX_EXPONENT = 50.0
+"""exp() argument cap of :func:`liveness` (the factor is ~1e-20 there anyway)."""
 SIZE_FLOOR_GB = 0.001
 """Sizes below 1 MB count as 1 MB in the WARM value (no division blow-up)."""
 
@@ -87,12 +90,29 @@ def size_factor(size_bytes: int, exponent: float) -> float:
     return float(gb**exponent)
 
 
+def liveness(idle_s: float, mean_gap_s: float, cfg: ScoreConfig) -> float:
+    """Factor in (0, 1] on the HOT rate: how likely the version's request stream is still going.
+
+    A decayed count remembers a burst (or a stream that was switched off) for
+    several time constants after it ended; a version idle for many of its own mean
+    gaps has most likely stopped. ``(1 + odds) / (1 + odds * exp(scale * idle / gap))``:
+    1 right after a request, 1/2 after ``ln(1/odds) / scale`` gaps (15 with the
+    defaults). 1 when the gap is unknown (fewer than two requests) or ``scale`` is 0.
+    """
+    if mean_gap_s <= 0.0 or cfg.liveness_scale == 0.0 or idle_s <= 0.0:
+        return 1.0
+    x = min(cfg.liveness_scale * idle_s / mean_gap_s, _MAX_EXPONENT)
+    odds = cfg.liveness_odds
+    return (1.0 + odds) / (1.0 + odds * math.exp(x))
+
+
 def hot_terms(
     meta: VersionMeta, stats: StatsView, now: float, cfg: ScoreConfig, bw: Bandwidths
 ) -> HeatTerms:
     """Heat for the HOT ranking: the penalty is a reload from WARM."""
+    alive = liveness(stats.idle_s(now), stats.mean_gap_s, cfg)
     return terms(
-        stats.rate(now, cfg.rate_window_s),
+        stats.rate(now, cfg.rate_window_s) * alive,
         penalty_s(bw.warm_to_hot_s(meta.size_bytes), stats.class_shares(), cfg),
         cfg.priority_values[meta.priority],
         meta.warmup,

@@ -1,7 +1,7 @@
 """Per-version request statistics, updated in O(1) per request.
 
 The request rate is an exponentially decayed count with time constant
-``tau`` (600 s = "qps over the last 10 minutes"): each request adds 1, and the
+``tau`` (300 s for HOT = "qps over the last 5 minutes"): each request adds 1, and the
 count decays by ``exp(-dt / tau)``. For a steady stream of ``λ`` requests per
 second the count converges to ``λ·tau``, so ``count / tau`` estimates the rate.
 Unlike fixed buckets it needs one float per version and no timer, and it orders
@@ -19,10 +19,13 @@ from dataclasses import dataclass
 
 from .model import RequestClass
 
-DEFAULT_TAU_S = 600.0
+DEFAULT_TAU_S = 300.0
 """Time constant of the HOT request rate (``score.rate_window_s``)."""
 DEFAULT_WARM_TAU_S = 3600.0
 """Time constant of the WARM request rate (``score.warm_rate_window_s``)."""
+
+GAP_SMOOTHING = 0.3
+"""Weight of the newest inter-arrival gap in :attr:`StatsView.mean_gap_s` (an EWMA)."""
 
 _CLASS_INDEX: dict[RequestClass, int] = {
     RequestClass.INTERACTIVE: 0,
@@ -53,6 +56,9 @@ class StatsView:
     """Clock value of the last request (None: never requested)."""
     requests: int = 0
     """Requests since the statistics began."""
+    mean_gap_s: float = 0.0
+    """Smoothed gap between consecutive requests (EWMA, newest weight :data:`GAP_SMOOTHING`);
+    0 while fewer than two requests were seen (unknown)."""
     interactive: int = 0
     """Requests of class interactive."""
     background: int = 0
@@ -110,6 +116,7 @@ class VersionStats:
         "in_flight",
         "last_access",
         "loads",
+        "mean_gap_s",
         "requests",
         "requests_after_load",
         "tau_s",
@@ -126,6 +133,7 @@ class VersionStats:
         self.as_of = 0.0
         self.last_access: float | None = None
         self.requests = 0
+        self.mean_gap_s = 0.0
         self.class_counts = [0, 0, 0]
         self.in_flight = 0
         self.loads = 0
@@ -142,6 +150,12 @@ class VersionStats:
             self.as_of = now
         self.decayed_count += 1.0
         self.decayed_count_warm += 1.0
+        if self.last_access is not None:
+            gap = max(0.0, now - self.last_access)
+            self.mean_gap_s = (
+                gap if self.requests == 1
+                else (1.0 - GAP_SMOOTHING) * self.mean_gap_s + GAP_SMOOTHING * gap
+            )
         self.last_access = now if self.last_access is None else max(self.last_access, now)
         self.requests += 1
         self.class_counts[_CLASS_INDEX[request_class]] += 1
@@ -177,6 +191,7 @@ class VersionStats:
             as_of=self.as_of,
             last_access=self.last_access,
             requests=self.requests,
+            mean_gap_s=self.mean_gap_s,
             interactive=interactive,
             background=background,
             canary=canary,

@@ -287,3 +287,27 @@ class CheckedHeat(HeatPolicy):
 def test_heat_warm_victim_is_the_lowest_value_member(trace: Trace, slots: int) -> None:
     """The heap + scan split finds the same victim as scanning every WARM member."""
     simulate(trace, CheckedHeat(), Capacities(slots, ((slots * 2 + 1) * 40 + 10) * MB), CostModel())
+
+
+@pytest.mark.parametrize(("scale", "expected"), [(0.3, "burst"), (0.0, "steady")])
+def test_online_heat_demotes_a_burst_that_ended_before_a_steady_stream(
+    scale: float, expected: str
+) -> None:
+    """30 requests 1 s apart then silence vs one request every 5 minutes: the burst's decayed
+    count is larger, but it has been idle for hundreds of its own gaps (liveness)."""
+    from dataclasses import replace
+
+    from loraplane.policy.config import PolicyConfig
+
+    trace = trace_of(["burst", "steady"])
+    ctx = trace.online_context(workers=1, gpu_slots=2, host_bytes=10**12, bandwidths=Bandwidths())
+    cfg = PolicyConfig()
+    online = HeatOnline(ctx, replace(cfg, score=replace(cfg.score, liveness_scale=scale)))
+    ids = {trace.version_ids[v].split("/")[1].split("@")[0]: v for v in range(trace.n_versions)}
+    events = [(1000.0 + k, ids["burst"]) for k in range(30)]
+    events += [(t, ids["steady"]) for t in (600.0, 900.0, 1200.0, 1500.0)]
+    for t, v in sorted(events):
+        online.on_request(0, v, t)
+    for v in ids.values():
+        online.on_insert_hot(0, v, 0.0)
+    assert online.hot_victim(0, 1560.0, {}) == ids[expected]

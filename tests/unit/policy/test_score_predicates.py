@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -134,3 +135,30 @@ def test_demotion_and_eviction_predicates() -> None:
     cfg = replace(CFG, evict=EvictConfig(idle_minutes=10))
     assert eviction_reason(m, requested([0.0]), 11 * 60, cfg) is Reason.IDLE
     assert eviction_reason(plat, requested([0.0]), 11 * 60, cfg) is None
+
+
+def test_liveness_discounts_a_stream_idle_for_many_of_its_gaps() -> None:
+    from loraplane.policy.score import liveness
+
+    cfg = PolicyConfig().score
+    assert liveness(0.0, 2.0, cfg) == 1.0  # right after a request
+    assert liveness(500.0, 0.0, cfg) == 1.0  # gap unknown (fewer than two requests)
+    assert liveness(500.0, 2.0, replace(cfg, liveness_scale=0.0)) == 1.0  # off
+    half = math.log(1.0 / cfg.liveness_odds) / cfg.liveness_scale  # gaps idle for a factor 1/2
+    assert liveness(half * 10.0, 10.0, cfg) == pytest.approx((1 + cfg.liveness_odds) / 2)
+    values = [liveness(idle, 10.0, cfg) for idle in (1.0, 10.0, 100.0, 1000.0)]
+    assert values == sorted(values, reverse=True) and values[-1] < 1e-9
+
+
+def test_a_burst_that_ended_ranks_below_a_steady_stream_with_a_smaller_count() -> None:
+    cfg = PolicyConfig().score
+    burst = requested([1000.0 + k for k in range(30)])  # 30 requests 1 s apart, then silence
+    steady = requested([600.0, 900.0, 1200.0, 1500.0])  # every 5 minutes, still going
+    now = 1560.0
+    m = meta("t/a@v1")
+    assert burst.count(now, cfg.rate_window_s) > steady.count(now, cfg.rate_window_s)
+    assert hot_terms(m, burst, now, cfg, Bandwidths()).heat < hot_terms(
+        m, steady, now, cfg, Bandwidths()).heat
+    off = replace(cfg, liveness_scale=0.0)  # a decayed count alone keeps the burst
+    assert hot_terms(m, burst, now, off, Bandwidths()).heat > hot_terms(
+        m, steady, now, off, Bandwidths()).heat

@@ -99,3 +99,15 @@ def test_not_yaml_is_a_config_error(tmp_path: Path) -> None:
     p.write_text("score: [unclosed\n")
     with pytest.raises(PolicyConfigError, match="not valid YAML"):
         load_config(p)
+
+
+def test_mean_gap_is_a_smoothed_inter_arrival_time() -> None:
+    from loraplane.policy.stats import GAP_SMOOTHING
+
+    s = VersionStats()
+    s.record_request(10.0, RequestClass.INTERACTIVE)
+    assert s.view().mean_gap_s == 0.0  # unknown after one request
+    s.record_request(30.0, RequestClass.INTERACTIVE)
+    assert s.view().mean_gap_s == pytest.approx(20.0)  # the first gap
+    s.record_request(130.0, RequestClass.BACKGROUND)
+    assert s.view().mean_gap_s == pytest.approx((1 - GAP_SMOOTHING) * 20.0 + GAP_SMOOTHING * 100.0)

@@ -91,3 +91,9 @@ def test_conv_12gib_interactive_p99_target_is_below_the_floor() -> None:
     assert floor > 0.5 * p99(r["lru"])
     assert floor <= p99(r["heat"]) < p99(r["lru"])
     assert floor <= p99(r["belady"])
+
+
+def test_large_catalog_at_8_slots_heat_reaches_1_1_times_lru() -> None:
+    caps = Capacities(gpu_slots=8, host_bytes=10 * GIB, workers=4)
+    heat, lru = (simulate(load("large-1h"), make_policy(p), caps) for p in ("heat", "lru"))
+    assert heat.gpu_hit_ratio >= 1.1 * lru.gpu_hit_ratio
