@@ -70,7 +70,8 @@ class ScoreConfig:
     """How the heat score is computed."""
 
     rate_window_s: float = 300.0
-    """Time constant of the decayed request count used for HOT ("qps over the last 5 minutes")."""
+    """Time constant of the decayed request count used for HOT: 300 s is the decayed
+    equivalent of "qps over the last 10 minutes" (same mean sample age, 5 minutes)."""
     warm_rate_window_s: float = 3600.0
     """Time constant of the request count used for WARM, whose residency is hours, not minutes."""
     weights: Weights = field(default_factory=Weights)

@@ -1,7 +1,9 @@
 """Per-version request statistics, updated in O(1) per request.
 
 The request rate is an exponentially decayed count with time constant
-``tau`` (300 s for HOT = "qps over the last 5 minutes"): each request adds 1, and the
+``tau`` (300 s for HOT: the decayed equivalent of "qps over the last 10 minutes", since
+a 10-minute sliding window's samples are 5 minutes old on average, as are those of a
+decay with time constant 300 s): each request adds 1, and the
 count decays by ``exp(-dt / tau)``. For a steady stream of ``λ`` requests per
 second the count converges to ``λ·tau``, so ``count / tau`` estimates the rate.
 Unlike fixed buckets it needs one float per version and no timer, and it orders
