@@ -138,6 +138,7 @@ class CacheCore:
         self.worker_timeout_s = worker_timeout_s
         self.state = State(
             tau_s=policy_config.score.rate_window_s,
+            tau_warm_s=policy_config.score.warm_rate_window_s,
             prewarm_ttl_s=rules.prewarm.ttl_s,
             rollback_boost_ttl_s=rules.rollback.boost_ttl_s,
             tenants=tenants,

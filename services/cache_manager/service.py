@@ -187,7 +187,8 @@ class CacheManagerService:
                 records, pointers = await store.read_registry(conn, s.tenant_set)
                 core.state.load_registry(records, pointers)
                 core.state.stats.update(
-                    await store.load_stats(conn, deployment, core.state.tau_s))
+                    await store.load_stats(conn, deployment, core.state.tau_s,
+                                           core.state.tau_warm_s))
                 known = await store.load_workers(
                     conn, deployment, max_age_s=s.cache_manager_worker_timeout_s)
             for name in SOURCES:

@@ -41,7 +41,7 @@ from loraplane.cache_manager.model import (
     request_class_from_proto,
     version_id,
 )
-from loraplane.policy.stats import DEFAULT_TAU_S, VersionStats
+from loraplane.policy.stats import DEFAULT_TAU_S, DEFAULT_WARM_TAU_S, VersionStats
 from loraplane.v1 import events_pb2
 
 DEFAULT_DEDUPE_CAPACITY = 200_000
@@ -174,12 +174,14 @@ class State:
         self,
         *,
         tau_s: float = DEFAULT_TAU_S,
+        tau_warm_s: float = DEFAULT_WARM_TAU_S,
         dedupe_capacity: int = DEFAULT_DEDUPE_CAPACITY,
         prewarm_ttl_s: float = 300.0,
         rollback_boost_ttl_s: float = 600.0,
         tenants: frozenset[str] | None = None,
     ) -> None:
         self.tau_s = tau_s
+        self.tau_warm_s = tau_warm_s
         self.tenants = tenants
         """Tenants this deployment manages (None: all); others' events are ignored."""
         self.prewarm_ttl_s = prewarm_ttl_s
@@ -377,7 +379,7 @@ class State:
         """Mutable statistics of a version (created on first use)."""
         st = self.stats.get(vid)
         if st is None:
-            st = VersionStats(self.tau_s)
+            st = VersionStats(self.tau_s, self.tau_warm_s)
             self.stats[vid] = st
         return st
 

@@ -27,7 +27,7 @@ from loraplane.cache_manager.model import (
     VersionRecord,
     priority_from_text,
 )
-from loraplane.policy.stats import VersionStats
+from loraplane.policy.stats import DEFAULT_WARM_TAU_S, VersionStats
 
 _VERSIONS_SQL = """
 SELECT a.tenant_id, a.name, v.version, v.base_model, v.engine_id, v.rank, v.artifact_uri,
@@ -121,9 +121,11 @@ async def lookup_versions(
 # --------------------------------------------------------------------------- statistics
 
 
-def _restore(row: Mapping[str, Any], tau_s: float) -> VersionStats:
-    st = VersionStats(tau_s)
+def _restore(row: Mapping[str, Any], tau_s: float, tau_warm_s: float) -> VersionStats:
+    st = VersionStats(tau_s, tau_warm_s)
     st.decayed_count = float(row["decayed_count"])
+    st.decayed_count_warm = float(row["decayed_count_warm"])
+    st.mean_gap_s = float(row["mean_gap_s"])
     st.as_of = float(row["as_of"])
     st.last_access = None if row["last_access"] is None else float(row["last_access"])
     st.requests = int(row["requests"])
@@ -135,11 +137,12 @@ def _restore(row: Mapping[str, Any], tau_s: float) -> VersionStats:
 
 
 async def load_stats(
-    conn: asyncpg.Connection, deployment: str, tau_s: float
+    conn: asyncpg.Connection, deployment: str, tau_s: float,
+    tau_warm_s: float = DEFAULT_WARM_TAU_S,
 ) -> dict[str, VersionStats]:
     """Every saved statistics row of the deployment."""
     rows = await conn.fetch("SELECT * FROM cache_version_stats WHERE deployment = $1", deployment)
-    return {r["version_id"]: _restore(r, tau_s) for r in rows}
+    return {r["version_id"]: _restore(r, tau_s, tau_warm_s) for r in rows}
 
 
 async def save_stats(
@@ -153,19 +156,21 @@ async def save_stats(
         v = st.view()
         rows.append((deployment, vid, v.decayed_count, v.as_of, v.last_access, v.requests,
                      v.interactive, v.background, v.canary, v.loads, v.requests_after_load,
-                     v.errors_after_load))
+                     v.errors_after_load, v.decayed_count_warm, v.mean_gap_s))
     await conn.executemany(
         """
         INSERT INTO cache_version_stats (deployment, version_id, decayed_count, as_of,
             last_access, requests, interactive, background, canary, loads, requests_after_load,
-            errors_after_load, updated_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now())
+            errors_after_load, decayed_count_warm, mean_gap_s, updated_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, now())
         ON CONFLICT (deployment, version_id) DO UPDATE SET decayed_count = EXCLUDED.decayed_count,
             as_of = EXCLUDED.as_of, last_access = EXCLUDED.last_access,
             requests = EXCLUDED.requests, interactive = EXCLUDED.interactive,
             background = EXCLUDED.background, canary = EXCLUDED.canary, loads = EXCLUDED.loads,
             requests_after_load = EXCLUDED.requests_after_load,
-            errors_after_load = EXCLUDED.errors_after_load, updated_at = now()
+            errors_after_load = EXCLUDED.errors_after_load,
+            decayed_count_warm = EXCLUDED.decayed_count_warm,
+            mean_gap_s = EXCLUDED.mean_gap_s, updated_at = now()
         """,
         rows,
     )
