@@ -32,7 +32,7 @@ from .predicates import (
     protection,
     protection_of,
 )
-from .score import hot_terms, size_factor, warm_value
+from .score import hot_terms, liveness, size_factor, warm_value
 from .snapshot import Snapshot, VersionMeta, WorkerState
 from .stats import GAP_SMOOTHING
 
@@ -154,12 +154,12 @@ class HeatOnline:
         self._k_warm[v] += math.exp(rel / self._tau_w)
         cls = self._cls[v]
         last = self._last[v]
-        if last > -math.inf:
-            gap = max(0.0, now - last)
-            self._gap[v] = gap if sum(cls) == 1 else (
+        if now >= last > -math.inf:  # same rule as VersionStats.record_request
+            gap = now - last
+            self._gap[v] = gap if self._gap[v] == 0.0 else (
                 (1.0 - GAP_SMOOTHING) * self._gap[v] + GAP_SMOOTHING * gap
             )
-        self._last[v] = now
+        self._last[v] = max(last, now)
         cls[ctx.classes[i]] += 1
         ci, cb, cc = cls
         total = ci + cb + cc
@@ -439,7 +439,10 @@ class HeatPolicy:
         for vid in ids:
             meta = versions[vid]
             st = snapshot.stats_of(vid)
-            rate[vid] = st.rate(now, sc.rate_window_s)
+            # replicas, the hottest set and load use the same discounted rate as the heat
+            rate[vid] = st.rate(now, sc.rate_window_s) * liveness(
+                st.idle_s(now), st.mean_gap_s, sc
+            )
             if meta.superseded:
                 heat[vid] = value[vid] = -1.0
                 kind[vid] = None

@@ -152,10 +152,12 @@ class VersionStats:
             self.as_of = now
         self.decayed_count += 1.0
         self.decayed_count_warm += 1.0
-        if self.last_access is not None:
-            gap = max(0.0, now - self.last_access)
+        if self.last_access is not None and now >= self.last_access:
+            # out-of-order arrivals (several gateways' batches, a replay) are not gaps;
+            # a mean of 0 means "unknown" (first gap, or rows saved before it existed)
+            gap = now - self.last_access
             self.mean_gap_s = (
-                gap if self.requests == 1
+                gap if self.mean_gap_s == 0.0
                 else (1.0 - GAP_SMOOTHING) * self.mean_gap_s + GAP_SMOOTHING * gap
             )
         self.last_access = now if self.last_access is None else max(self.last_access, now)

@@ -209,3 +209,31 @@ def test_background_only_traffic_still_promotes_by_rate() -> None:
         {"t/batch@v1": requested(hot_stats(10), RequestClass.BACKGROUND)},
     )
     assert kinds(HEAT.plan(snap, NOW), ActionKind.PROMOTE) == {("w0", "t/batch@v1", Reason.HEAT)}
+
+
+def test_an_ended_burst_gets_no_replicas_for_its_old_rate() -> None:
+    versions = [meta("t/burst@v1"), meta("t/steady@v1")] + [meta(f"t/l{i}@v1") for i in range(3)]
+    stats = {
+        # 100 req/s for two minutes that stopped a minute ago (6,000 of its own gaps): its
+        # decayed count still says ~30 req/s, but the stream has most likely ended
+        "t/burst@v1": requested(sorted(NOW - 60.0 - 0.01 * k for k in range(12_000))),
+        "t/steady@v1": requested(sorted(NOW - 10.0 * k for k in range(30))),
+        **{f"t/l{i}@v1": requested(sorted(NOW - 30.0 * k for k in range(5))) for i in range(3)},
+    }
+    ws = [worker(f"w{i}", slots=2) for i in range(3)]
+    no_liveness = HeatPolicy(replace(PolicyConfig(), score=replace(PolicyConfig().score,
+                                                                   liveness_scale=0.0)))
+
+    def promoted(policy: HeatPolicy) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in policy.plan(Snapshot.build(versions, ws, stats), NOW).of_kind(
+                ActionKind.PROMOTE):
+            out[a.version_id] = out.get(a.version_id, 0) + 1
+        return out
+
+    # the raw rate buys the burst a replica on every worker (hottest + rate-based replicas)
+    assert promoted(no_liveness).get("t/burst@v1") == 3
+    # the discounted rate drives replicas, the hottest set and load like the heat does
+    with_liveness = promoted(HEAT)
+    assert "t/burst@v1" not in with_liveness
+    assert with_liveness["t/steady@v1"] >= 2

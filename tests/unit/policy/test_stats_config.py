@@ -111,3 +111,19 @@ def test_mean_gap_is_a_smoothed_inter_arrival_time() -> None:
     assert s.view().mean_gap_s == pytest.approx(20.0)  # the first gap
     s.record_request(130.0, RequestClass.BACKGROUND)
     assert s.view().mean_gap_s == pytest.approx((1 - GAP_SMOOTHING) * 20.0 + GAP_SMOOTHING * 100.0)
+
+
+def test_out_of_order_requests_are_not_gaps_and_zero_means_unknown() -> None:
+    from loraplane.policy.model import RequestClass
+    from loraplane.policy.stats import VersionStats
+
+    st = VersionStats()
+    st.record_request(100.0, RequestClass.INTERACTIVE)
+    st.record_request(110.0, RequestClass.INTERACTIVE)
+    assert st.mean_gap_s == 10.0  # the first gap is taken as is
+    st.record_request(105.0, RequestClass.BACKGROUND)  # late batch from another gateway
+    assert st.mean_gap_s == 10.0 and st.last_access == 110.0
+    restored = VersionStats()  # a row saved before mean_gap_s existed: requests, no gap
+    restored.requests, restored.last_access = 40, 200.0
+    restored.record_request(230.0, RequestClass.INTERACTIVE)
+    assert restored.mean_gap_s == 30.0  # unknown gap: the new one is taken as is
