@@ -293,20 +293,24 @@ class AdapterCatalog:
     # ------------------------------------------------------------------ reads
 
     def lookup(self, tenant_id: str, name: str) -> AdapterEntry:
-        """The adapter ``name`` as seen by ``tenant_id``; raises NotFound / PermissionDenied."""
-        adapter = self._adapters.get((tenant_id, name))
+        """The adapter ``name`` as seen by ``tenant_id``; raises NotFound / PermissionDenied.
+
+        The tenant's own adapter of that name wins once it is released (stable or canary);
+        until then a share of that name keeps working (an upload of the same name must not
+        break a working share)."""
+        own = self._adapters.get((tenant_id, name))
+        if own is not None and (own.release.stable or own.release.canary):
+            return AdapterEntry(own.release, own.versions, own.base_model)
+        candidates = self._shares.get(tenant_id, {}).get(name, [])
+        visible = [self._adapters[k] for k in candidates if k in self._adapters]
+        if len(visible) > 1:
+            owners = sorted(a.release.tenant_id for a in visible)
+            raise InvalidArgument(f"adapter name {name!r} is shared by several owners {owners}")
+        adapter = visible[0] if visible else own
         if adapter is None:
-            candidates = self._shares.get(tenant_id, {}).get(name, [])
-            visible = [self._adapters[k] for k in candidates if k in self._adapters]
-            if len(visible) > 1:
-                owners = sorted(a.release.tenant_id for a in visible)
-                raise InvalidArgument(f"adapter name {name!r} is shared by several owners {owners}")
-            if visible:
-                adapter = visible[0]
-            elif self._owners.get(name):
+            if self._owners.get(name):
                 raise AdapterForbidden(f"adapter {name!r} is not available to tenant {tenant_id}")
-            else:
-                raise AdapterNotFound(f"adapter {name!r} not found")
+            raise AdapterNotFound(f"adapter {name!r} not found")
         return AdapterEntry(adapter.release, adapter.versions, adapter.base_model)
 
     def version(self, tenant_id: str, name: str, version: str) -> VersionInfo | None:
@@ -323,6 +327,8 @@ class AdapterCatalog:
             for k in pairs
             if k in self._adapters
         ]
+        own_names = {a.release.name for a in own if a.release.stable}
+        shared = [a for a in shared if a.release.name not in own_names]  # own wins
         out = [a for a in own + shared if a.release.stable]
         return [
             AdapterEntry(a.release, a.versions, a.base_model)

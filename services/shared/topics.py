@@ -130,7 +130,7 @@ class TopicSpec:
     """What the key is: ``"adapter_id"``, ``"worker_id"`` or ``"tenant_id"``."""
     description: str
     """Who produces what, for humans."""
-    configs: Mapping[str, str] = field(default_factory=dict)
+    configs: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
     """Topic configs set when the topic is created (e.g. ``retention.ms``)."""
 
     def key_bytes(self, msg: Message) -> bytes:

@@ -351,10 +351,13 @@ class AdapterManager:
             ),
             key=lambda p: (p.never_evict, p.last_used_at or p.loaded_at or epoch),
         )
+        protected_at_sort = {id(p): p.never_evict for p in candidates}
         for victim in candidates:
             async with self._lock(victim.spec.engine_id):
                 if not victim.hot or victim.pinned or victim.in_flight or victim.draining:
                     continue
+                if victim.never_evict and not protected_at_sort[id(victim)]:
+                    continue  # protected meanwhile: it now belongs at the end of the order
                 await self.engine.unregister(victim.spec.engine_id)
                 victim.hot = False
             outcome = EvictOutcome(victim.spec, victim.spec.engine_id, TIER_HOT, TIER_WARM,

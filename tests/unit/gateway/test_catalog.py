@@ -113,6 +113,20 @@ def test_registry_share_events_grant_and_end_access() -> None:
     assert cat.lookup("acme", "support").release.stable == "v1"  # the owner is unaffected
 
 
+def test_an_unreleased_own_upload_does_not_break_a_working_share() -> None:
+    cat = AdapterCatalog()
+    released(cat)
+    cat.apply_tenant_event(share_changed("acme", "support", "globex"))
+    cat.apply_admission(admitted("globex", "support", "g1", 21))  # admitted, not released
+    assert cat.lookup("globex", "support").release.tenant_id == "acme"
+    assert [(e.release.tenant_id, e.release.name) for e in cat.visible_to("globex")] == [
+        ("acme", "support")]
+    cat.apply_lifecycle(promoted("globex", "support", "g1", 21, at=1))  # released: own wins
+    assert cat.lookup("globex", "support").release.tenant_id == "globex"
+    assert [(e.release.tenant_id, e.release.name) for e in cat.visible_to("globex")] == [
+        ("globex", "support")]  # listed once
+
+
 def test_a_registry_unshare_leaves_static_shares_alone() -> None:
     cat = AdapterCatalog(shares={"globex": ["acme/support"]})
     released(cat)
