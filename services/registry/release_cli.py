@@ -424,6 +424,22 @@ def adapters_show(
             _print_json(to_dict(rel))
 
 
+def _change_share(adapter: str, with_tenant: str, json_out: bool, *, share: bool) -> None:
+    tenant, name = _split_adapter(adapter)
+    fields = {"tenant_id": tenant, "adapter_name": name, "grantee_tenant_id": with_tenant}
+    with _client() as reg:
+        resp = (reg.call("ShareAdapter", registry_pb2.ShareAdapterRequest(**fields)) if share
+                else reg.call("UnshareAdapter", registry_pb2.UnshareAdapterRequest(**fields)))
+    if json_out:
+        _print_json(to_dict(resp))
+        return
+    what = {(True, True): "shared", (True, False): "already shared",
+            (False, True): "no longer shared", (False, False): "was not shared"}
+    left = ", ".join(resp.grantee_tenant_ids) or "nobody"
+    out.print(f"{tenant}/{name} {what[share, resp.changed]} with {with_tenant}; "
+              f"shared with: {left}")
+
+
 @adapters_app.command("share")
 def adapters_share(
     adapter: Annotated[str, typer.Argument(help="TENANT/NAME (the owner's adapter)")],
@@ -431,16 +447,7 @@ def adapters_share(
     json_out: JsonOpt = False,
 ) -> None:
     """Let another tenant call an adapter by name (every version its release selects)."""
-    tenant, name = _split_adapter(adapter)
-    with _client() as reg:
-        resp = reg.call("ShareAdapter", registry_pb2.ShareAdapterRequest(
-            tenant_id=tenant, adapter_name=name, grantee_tenant_id=with_tenant))
-    if json_out:
-        _print_json(to_dict(resp))
-        return
-    what = "shared" if resp.changed else "already shared"
-    out.print(f"{tenant}/{name} {what} with {with_tenant}; "
-              f"shared with: {', '.join(resp.grantee_tenant_ids)}")
+    _change_share(adapter, with_tenant, json_out, share=True)
 
 
 @adapters_app.command("unshare")
@@ -450,16 +457,7 @@ def adapters_unshare(
     json_out: JsonOpt = False,
 ) -> None:
     """End a share: the other tenant's calls are refused within seconds."""
-    tenant, name = _split_adapter(adapter)
-    with _client() as reg:
-        resp = reg.call("UnshareAdapter", registry_pb2.UnshareAdapterRequest(
-            tenant_id=tenant, adapter_name=name, grantee_tenant_id=with_tenant))
-    if json_out:
-        _print_json(to_dict(resp))
-        return
-    what = "no longer shared" if resp.changed else "was not shared"
-    left = ", ".join(resp.grantee_tenant_ids) or "nobody"
-    out.print(f"{tenant}/{name} {what} with {with_tenant}; shared with: {left}")
+    _change_share(adapter, with_tenant, json_out, share=False)
 
 
 @adapters_app.command("shares")
