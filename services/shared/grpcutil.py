@@ -123,6 +123,26 @@ class _MethodMetrics:
         self._duration.observe(seconds)
 
 
+def _code_of(exc: Exception, context: grpc.aio.ServicerContext) -> str:
+    """The status name a failed call ends with (for the metrics)."""
+    if isinstance(exc, LoraplaneError):
+        return exc.grpc_code.name
+    if isinstance(exc, grpc.aio.AbortError):
+        return _code_name(context, grpc.StatusCode.UNKNOWN)
+    return grpc.StatusCode.INTERNAL.name
+
+
+async def _end_call(exc: Exception, context: grpc.aio.ServicerContext, method: str) -> None:
+    """End a failed call: classified errors keep their status, an abort stays as it was,
+    anything else is INTERNAL (logged). Always raises."""
+    if isinstance(exc, LoraplaneError):
+        await _abort_for(context, exc)
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc
+    log.exception("unhandled error in %s", method, exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+
+
 def _wrap_unary(
     inner: Callable[..., Awaitable[Any]], method: str, metrics: _MethodMetrics
 ) -> Callable[..., Awaitable[Any]]:
@@ -131,16 +151,9 @@ def _wrap_unary(
         code = "OK"
         try:
             return await inner(request, context)
-        except LoraplaneError as exc:
-            code = exc.grpc_code.name
-            await _abort_for(context, exc)
-        except grpc.aio.AbortError:
-            code = _code_name(context, grpc.StatusCode.UNKNOWN)
-            raise
-        except Exception:
-            code = "INTERNAL"
-            log.exception("unhandled error in %s", method)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        except Exception as exc:  # noqa: BLE001 - every error ends as a status (logged)
+            code = _code_of(exc, context)
+            await _end_call(exc, context, method)
         finally:
             metrics.observe(code, time.perf_counter() - started)
 
@@ -156,16 +169,9 @@ def _wrap_streaming(
         try:
             async for item in inner(request, context):
                 yield item
-        except LoraplaneError as exc:
-            code = exc.grpc_code.name
-            await _abort_for(context, exc)
-        except grpc.aio.AbortError:
-            code = _code_name(context, grpc.StatusCode.UNKNOWN)
-            raise
-        except Exception:
-            code = "INTERNAL"
-            log.exception("unhandled error in %s", method)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        except Exception as exc:  # noqa: BLE001 - every error ends as a status (logged)
+            code = _code_of(exc, context)
+            await _end_call(exc, context, method)
         finally:
             metrics.observe(code, time.perf_counter() - started)
 
