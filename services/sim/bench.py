@@ -6,7 +6,9 @@ as a fraction of Belady's and of LRU's, checks the acceptance targets of the
 heat policy, and writes everything to ``.loraplane/bench/policy.json``. Beside
 each check it prints what any policy could reach (``ceilings``): Belady's hit
 ratio over LRU's and the interactive P99 floor (:func:`ttft_floor`); a missed
-target beyond them is reported ``unreachable (...)`` in ``check_status``.
+target beyond them is reported ``unreachable (...)`` in ``check_status``, one
+within them says how far it is (the share of Belady it needs; the P99 of a
+clairvoyant policy aimed at the target, :mod:`loraplane.sim.oracle`).
 
 Reference traces (:mod:`loraplane.sim.presets`) are generated from the Azure
 arrivals (``--azure-dir``, default ``../shared/traces/azure-llm-2023``) and
@@ -31,6 +33,7 @@ from loraplane.policy.config import PolicyConfig, load_config
 from loraplane.policy.factory import make_policy
 from loraplane.sim.cost import CostModel
 from loraplane.sim.generator import DEFAULT_AZURE_DIR, generate
+from loraplane.sim.oracle import TailOracle
 from loraplane.sim.presets import PRESETS
 from loraplane.sim.simulator import Capacities, SimResult, simulate, ttft_floor
 from loraplane.sim.trace import Trace, read_trace, write_trace
@@ -124,20 +127,44 @@ def checks(figures: list[dict[str, Any]], targets: Targets) -> dict[str, bool]:
 
 
 def ceilings(
-    figures: list[dict[str, Any]], floor: dict[str, dict[str, float]]
+    figures: list[dict[str, Any]],
+    floor: dict[str, dict[str, float]],
+    clairvoyant: SimResult | None = None,
 ) -> dict[str, float | None]:
     """What any policy can reach in one case: the HOT hit ratio of the offline optimum
-    (Belady) over LRU's, and the interactive P99 TTFT floor (:func:`ttft_floor`)."""
+    (Belady) over LRU's, and the interactive P99 TTFT floor (:func:`ttft_floor`); with
+    ``clairvoyant`` (a :class:`~loraplane.sim.oracle.TailOracle` run aimed at the P99 target),
+    the interactive P99 that knowing the future reaches (not a bound: a reference)."""
     by_name = {f["policy"]: f for f in figures}
     heat, lru = by_name["heat"], by_name["lru"]
     lru_p99 = lru["ttft_ms"].get("interactive", {}).get("p99", 0.0)
     floor_p99 = floor.get("interactive", {}).get("p99", 0.0)
-    return {
+    out: dict[str, float | None] = {
         "heat_vs_lru": heat["gpu_hit_vs_lru"],
         "belady_vs_lru": by_name["belady"]["gpu_hit_vs_lru"],
         "interactive_p99_floor_ms": floor_p99,
         "interactive_p99_floor_vs_lru": round(floor_p99 / lru_p99, 4) if lru_p99 else None,
+        "interactive_p99_clairvoyant_ms": None,
+        "interactive_p99_clairvoyant_vs_lru": None,
     }
+    if clairvoyant is not None:
+        p99 = clairvoyant.ttft_ms.get("interactive", {}).get("p99", 0.0)
+        out["interactive_p99_clairvoyant_ms"] = p99
+        out["interactive_p99_clairvoyant_vs_lru"] = round(p99 / lru_p99, 4) if lru_p99 else None
+    return out
+
+
+def clairvoyant_run(
+    trace: Trace, caps: Capacities, results: dict[str, SimResult], targets: Targets,
+    cost: CostModel,
+) -> SimResult | None:
+    """The tail oracle aimed at ``targets.p99_vs_lru`` x LRU's interactive P99 (None without
+    interactive requests)."""
+    lru_p99 = results["lru"].ttft_ms.get("interactive", {}).get("p99", 0.0)
+    if not lru_p99:
+        return None
+    target_s = targets.p99_vs_lru * lru_p99 / 1000.0
+    return simulate(trace, TailOracle(trace, target_s, cost), caps, cost)
 
 
 def check_status(
@@ -154,6 +181,13 @@ def check_status(
     p99_key = f"interactive p99 <= {targets.p99_vs_lru} x lru"
     if not verdict[p99_key] and floor_vs_lru is not None and floor_vs_lru > targets.p99_vs_lru:
         out[p99_key] = f"unreachable (p99 floor = {floor_vs_lru:.3f} x lru)"
+    # a missed target within reach says how far: the share of Belady it needs, what a
+    # clairvoyant policy reaches
+    if out[lru_key] == "missed" and belady_vs_lru:
+        out[lru_key] = f"missed (needs {targets.vs_lru / belady_vs_lru:.3f} x belady)"
+    oracle_vs_lru = ceiling.get("interactive_p99_clairvoyant_vs_lru")
+    if out[p99_key] == "missed" and oracle_vs_lru is not None:
+        out[p99_key] = f"missed (clairvoyant tail oracle: {oracle_vs_lru:.2f} x lru)"
     return out
 
 
@@ -230,16 +264,22 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         trace = load_reference_trace(name, args.azure_dir, args.cache_dir)
         for caps in BENCH_CASES[name]:
-            figures = case_figures(run_case(trace, caps, cfg, cost))
+            results = run_case(trace, caps, cfg, cost)
+            figures = case_figures(results)
             verdict = checks(figures, targets)
-            ceiling = ceilings(figures, ttft_floor(trace, caps, cost))
+            ceiling = ceilings(
+                figures, ttft_floor(trace, caps, cost),
+                clairvoyant_run(trace, caps, results, targets, cost),
+            )
             status = check_status(verdict, ceiling, targets)
             console.print(render(name, trace, caps, figures))
             console.print(
                 f"  ceilings: heat/lru = {ceiling['heat_vs_lru']:.3f}, "
                 f"belady/lru = {ceiling['belady_vs_lru']:.3f}; interactive p99 floor = "
                 f"{ceiling['interactive_p99_floor_ms']:.0f} ms "
-                f"({ceiling['interactive_p99_floor_vs_lru'] or 0:.2f} x lru)"
+                f"({ceiling['interactive_p99_floor_vs_lru'] or 0:.2f} x lru), clairvoyant tail "
+                f"oracle {ceiling['interactive_p99_clairvoyant_ms'] or 0:.0f} ms "
+                f"({ceiling['interactive_p99_clairvoyant_vs_lru'] or 0:.2f} x lru)"
             )
             console.print("  heat: " + "  ".join(_mark(k, st) for k, st in status.items()))
             report["cases"].append({
