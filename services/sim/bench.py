@@ -170,8 +170,10 @@ def clairvoyant_run(
 def check_status(
     verdict: dict[str, bool], ceiling: dict[str, float | None], targets: Targets
 ) -> dict[str, str]:
-    """Each check as ``met``, ``missed`` or ``unreachable (why)``: a target above what the
-    offline optimum reaches (hit ratio) or below the floor no policy can beat (P99)."""
+    """Each check as ``met``, ``unreachable (why)`` — a target above what the offline optimum
+    reaches (hit ratio) or below the floor no policy can beat (P99) — or ``missed``, with how
+    far in brackets when the ceilings say it (``missed (needs x x belady)``,
+    ``missed (clairvoyant tail oracle: x x lru)``)."""
     out = {name: "met" if ok else "missed" for name, ok in verdict.items()}
     belady_vs_lru = ceiling["belady_vs_lru"]
     lru_key = f"hit >= {targets.vs_lru} x lru"
@@ -231,8 +233,8 @@ def render(trace_name: str, trace: Trace, caps: Capacities, figures: list[dict[s
 def _mark(name: str, status: str) -> str:
     if status == "met":
         return f"[green]✓ {name}[/]"
-    if status == "missed":
-        return f"[red]✗ {name}[/]"
+    if status.startswith("missed"):
+        return f"[red]✗ {name}{status[len('missed'):]}[/]"
     return f"[yellow]– {name}: {status}[/]"
 
 

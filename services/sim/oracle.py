@@ -31,10 +31,11 @@ from loraplane.sim.trace import Trace
 
 
 def critical_requests(trace: Trace, target_s: float, cost: CostModel) -> list[bool]:
-    """Per request: interactive, and over ``target_s`` if its version came from COLD, but not
-    over it from prefill alone (those are slow whatever the cache holds)."""
+    """Per request: interactive, over ``target_s`` if its version came from COLD, and within
+    it if the version was WARM (the others are slow or fast whatever WARM holds)."""
     bw = cost.bandwidths
-    cold = [bw.cold_to_warm_s(s) + bw.warm_to_hot_s(s) for s in trace.version_size]
+    warm = [bw.warm_to_hot_s(s) for s in trace.version_size]
+    cold = [bw.cold_to_warm_s(s) + w for s, w in zip(trace.version_size, warm, strict=True)]
     base_s = cost.base_ttft_ms / 1000.0
     prefill_s = cost.prefill_ms_per_token / 1000.0
     interactive = CLASS_CODE[RequestClass.INTERACTIVE]
@@ -42,7 +43,7 @@ def critical_requests(trace: Trace, target_s: float, cost: CostModel) -> list[bo
     for i, v in enumerate(trace.version):
         own = base_s + trace.prompt_tokens[i] * prefill_s
         out.append(
-            trace.classes[i] == interactive and own <= target_s < own + cold[v]
+            trace.classes[i] == interactive and own + warm[v] <= target_s < own + cold[v]
         )
     return out
 
@@ -79,8 +80,8 @@ class TailOracleOnline(BeladyOnline):
         self._next_critical_of[v] = self._next_critical[i]
 
     def on_served(self, g: int, w: int, v: int, now: float) -> None:
-        """Re-key v in HOT (Belady) and in WARM (tail order)."""
-        super().on_served(g, w, v, now)
+        """Re-key v in HOT (Belady: next use) and in WARM (tail order)."""
+        self.on_insert_hot(g, v, now)
         self._tail_warm[w].push(v, self._warm_key(v))
 
     def on_insert_warm(self, w: int, v: int, now: float) -> None:
@@ -102,10 +103,16 @@ class TailOracle:
     name = "tail-oracle"
 
     def __init__(self, trace: Trace, target_s: float, cost: CostModel | None = None) -> None:
-        self._critical = critical_requests(trace, target_s, cost or CostModel())
+        self._cost = cost or CostModel()
+        self._critical = critical_requests(trace, target_s, self._cost)
 
     def online(self, ctx: OnlineContext) -> TailOracleOnline:
-        """Fresh state for one run of the trace it was built from."""
+        """Fresh state for one run of the trace it was built from, with the same cost model."""
+        if ctx.bandwidths != self._cost.bandwidths:
+            raise ValueError(
+                "the tail oracle was built for other bandwidths than this run's: pass the same "
+                "CostModel to TailOracle and simulate"
+            )
         return TailOracleOnline(ctx, self._critical)
 
     def plan(self, snapshot: Snapshot, now: float) -> Plan:

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from loraplane.policy.factory import POLICIES, make_policy
 from loraplane.policy.model import Priority, RequestClass
+from loraplane.policy.online import CachePolicy
 from loraplane.sim.bench import Targets, check_status
 from loraplane.sim.cost import CostModel
+from loraplane.sim.oracle import TailOracle
 from loraplane.sim.simulator import Capacities, simulate, ttft_floor
 from loraplane.sim.trace import Trace, TraceRow, format_rows, parse_rows
 
@@ -83,8 +85,11 @@ def test_no_policy_beats_the_floor(trace: Trace, slots: int, workers: int) -> No
     cost = CostModel()
     caps = Capacities(slots, (slots * 2 + 1) * 40 * MB + 10 * MB, workers)
     floor = ttft_floor(trace, caps, cost)
-    for name in POLICIES:
-        r = simulate(trace, make_policy(name), caps, cost)
+    policies: list[CachePolicy] = [make_policy(name) for name in POLICIES]
+    policies.append(TailOracle(trace, 0.3, cost))  # clairvoyant, still above the floor
+    for policy in policies:
+        name = policy.name
+        r = simulate(trace, policy, caps, cost)
         for cls, figures in floor.items():
             assert figures["count"] == r.ttft_ms[cls]["count"]
             for q in ("p50", "p99"):

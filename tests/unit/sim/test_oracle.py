@@ -10,9 +10,10 @@ import pytest
 
 from loraplane.policy.factory import make_policy
 from loraplane.policy.model import Priority, RequestClass
+from loraplane.sim.bench import POLICY_ORDER, Targets, case_figures, ceilings, clairvoyant_run
 from loraplane.sim.cost import CostModel
 from loraplane.sim.oracle import TailOracle, critical_requests
-from loraplane.sim.simulator import Capacities, simulate
+from loraplane.sim.simulator import Capacities, simulate, ttft_floor
 from loraplane.sim.trace import Trace, TraceRow, format_rows, parse_rows, read_trace
 
 MB = 1_000_000
@@ -41,8 +42,29 @@ def test_critical_requests_are_interactive_and_slow_only_when_cold() -> None:
         row(1, "small", 5),                                   # ~0.1 s from COLD: under 0.5 s
         row(2, "big", 300, cls=RequestClass.BACKGROUND),      # background never counts
         row(3, "big", 300, prompt=20_000),                    # 1 s of prefill: slow anyway
+        row(4, "big", 300, prompt=9_000),                     # 0.47 s + 40 ms from WARM: slow
     ]
-    assert critical_requests(trace_of(rows), 0.5, cost) == [True, False, False, False]
+    assert critical_requests(trace_of(rows), 0.5, cost) == [True, False, False, False, False]
+
+
+def test_without_critical_requests_ahead_the_version_used_furthest_goes_first() -> None:
+    # only small versions (never critical): the oracle's WARM order is Belady's
+    # when "d" needs room, "a" (never again) or "b" (asked at 40) may go: "a" goes
+    rows = [row(0, "a", 20), row(10, "b", 20), row(20, "c", 20), row(30, "d", 20),
+            row(40, "b", 20)]
+    trace = trace_of(rows)
+    caps = Capacities(gpu_slots=1, host_bytes=60 * MB, workers=1)
+    oracle = simulate(trace, TailOracle(trace, 0.5), caps)
+    belady = simulate(trace, make_policy("belady"), caps)
+    assert oracle.host_hits == belady.host_hits == 1
+    assert oracle.cold_starts == belady.cold_starts == 0
+
+
+def test_oracle_refuses_a_run_with_other_bandwidths() -> None:
+    trace = trace_of([row(0, "a", 10), row(1, "a", 10)])
+    with pytest.raises(ValueError, match="other bandwidths"):
+        simulate(trace, TailOracle(trace, 0.5), Capacities(1, GIB),
+                 CostModel.from_units(s3_mb_per_s=50.0))
 
 
 def test_oracle_keeps_the_version_whose_cold_load_would_break_the_target() -> None:
@@ -76,5 +98,23 @@ def test_on_conv_1h_a_clairvoyant_policy_reaches_half_of_lrus_p99() -> None:
     oracle = simulate(trace, TailOracle(trace, 0.5 * lru / 1000), caps)
     belady = simulate(trace, make_policy("belady"), caps)
     assert oracle.ttft_ms["interactive"]["p99"] <= 0.5 * lru
-    assert oracle.ttft_ms["interactive"]["p99"] <= belady.ttft_ms["interactive"]["p99"]
     assert abs(oracle.gpu_hits - belady.gpu_hits) <= 0.001 * len(trace)  # HOT: Belady order
+
+
+def test_bench_ceilings_carry_the_clairvoyant_p99() -> None:
+    trace = read_trace(CONV)
+    caps = Capacities(gpu_slots=16, host_bytes=10 * GIB, workers=4)
+    results = {name: simulate(trace, make_policy(name), caps) for name in POLICY_ORDER}
+    figures = case_figures(results)
+    floor = ttft_floor(trace, caps)
+    run = clairvoyant_run(trace, caps, results, Targets(), CostModel())
+    assert run is not None
+    with_oracle = ceilings(figures, floor, run)
+    lru_p99 = results["lru"].ttft_ms["interactive"]["p99"]
+    assert with_oracle["interactive_p99_clairvoyant_ms"] == run.ttft_ms["interactive"]["p99"]
+    assert with_oracle["interactive_p99_clairvoyant_vs_lru"] == pytest.approx(
+        run.ttft_ms["interactive"]["p99"] / lru_p99, abs=1e-4)
+    without = ceilings(figures, floor)
+    assert without["interactive_p99_clairvoyant_ms"] is None
+    assert without["interactive_p99_clairvoyant_vs_lru"] is None
+    assert without["belady_vs_lru"] == with_oracle["belady_vs_lru"]
