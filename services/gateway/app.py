@@ -35,6 +35,7 @@ from loraplane.gateway.emit import (
 )
 from loraplane.gateway.grpc_api import build_grpc_server
 from loraplane.gateway.http_api import create_app
+from loraplane.gateway.liveness import WorkerProber
 from loraplane.gateway.metrics import GatewayMetrics
 from loraplane.gateway.placement import LocalLoad, PlacementView
 from loraplane.gateway.service import Gateway, Limits
@@ -58,6 +59,7 @@ def build_gateway(
     """The request path with empty views, publishing heat and prewarms through ``publisher``."""
     placement = PlacementView(
         stale_after_s=settings.worker_stale_after_s,
+        down_after_failures=settings.worker_down_after_failures,
         warm_load_ms=settings.warm_load_estimate_ms,
         cold_load_ms=settings.cold_load_estimate_ms,
     )
@@ -110,6 +112,7 @@ class _Tasks:
     flusher: asyncio.Task[None] | None = None
     http: asyncio.Task[None] | None = None
     bootstrap: asyncio.Task[None] | None = None
+    prober: asyncio.Task[None] | None = None
 
 
 class GatewayApp:
@@ -131,6 +134,17 @@ class GatewayApp:
         )
         self.metrics = GatewayMetrics.for_registry(registry)
         self.gateway = build_gateway(settings, self.publisher, metrics=self.metrics)
+        self.metrics.views.placement = self.gateway.placement
+        self.metrics.views.heat = self.gateway.heat
+        self.prober: WorkerProber | None = None
+        if settings.worker_probe_interval_s > 0:
+            probes = self.metrics.probes
+            self.prober = WorkerProber(
+                self.gateway.placement, self.gateway.workers,  # type: ignore[arg-type]
+                interval_s=settings.worker_probe_interval_s,
+                timeout_s=settings.worker_probe_timeout_s,
+                on_result=lambda worker, result: probes.labels(worker, result).inc(),
+            )
         self._serve_metrics = serve_metrics
         self._tasks = _Tasks()
         self._channels: list[grpc.aio.Channel] = []
@@ -174,6 +188,8 @@ class GatewayApp:
                 on_event=lambda topic: self.metrics.view_events.labels(topic).inc(),
             )
             self._tasks.feeder = asyncio.create_task(self.feeder.run())
+        if self.prober is not None:
+            self._tasks.prober = asyncio.create_task(self.prober.run())
         self._tasks.flusher = asyncio.create_task(
             run_flusher(g.heat, g.prewarm, interval_s=s.heat_flush_interval_s)
         )
@@ -251,7 +267,8 @@ class GatewayApp:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._tasks.http, max(0.1, grace_s - (time.monotonic()
                                                                              - started)))
-        for task in (self._tasks.feeder, self._tasks.bootstrap, self._tasks.flusher):
+        for task in (self._tasks.prober, self._tasks.feeder, self._tasks.bootstrap,
+                     self._tasks.flusher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

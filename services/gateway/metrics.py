@@ -11,16 +11,33 @@ Base-model requests use ``adapter="_base"`` and the base model as ``version``.
 * ``loraplane_gateway_degraded_total``, ``loraplane_gateway_budget_exceeded_total``;
 * ``loraplane_gateway_routed_total{...,tier}``: tier of the version on the chosen worker;
 * ``loraplane_gateway_refused_total{reason}``: refused before resolution (auth, names);
-* ``loraplane_gateway_view_events_total{view}``, ``loraplane_gateway_heat_dropped_total``.
+* ``loraplane_gateway_view_events_total{view}``;
+* heat: ``loraplane_gateway_heat_published_total``, ``loraplane_gateway_heat_dropped_total``
+  (completions given up while Kafka was away) and ``loraplane_gateway_heat_pending``;
+* what the gateway believes about each worker (:mod:`.liveness`):
+  ``loraplane_gateway_worker_state{worker,state}`` (1 for its current state: answering,
+  reporting, silent, down), ``loraplane_gateway_worker_state_since_timestamp_seconds{worker}``,
+  ``loraplane_gateway_worker_last_answer_timestamp_seconds{worker}`` (last answered gRPC
+  probe), ``loraplane_gateway_worker_last_report_timestamp_seconds{worker}`` (last
+  ``cache.state`` report), ``loraplane_gateway_worker_routable{worker}`` and
+  ``loraplane_gateway_worker_probes_total{worker,result}``. Bounded by the workers known.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from loraplane.shared.metrics import PerRegistry
+
+if TYPE_CHECKING:
+    from loraplane.gateway.emit import HeatEmitter
+    from loraplane.gateway.placement import PlacementView
 
 TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -107,10 +124,12 @@ class GatewayMetrics(PerRegistry):
             "loraplane_gateway_view_events", "Events applied to the in-memory views.", ["view"],
             registry=registry,
         )
-        self.heat_dropped = Counter(
-            "loraplane_gateway_heat_dropped", "Completions dropped because Kafka was too slow.",
-            registry=registry,
+        self.probes = Counter(
+            "loraplane_gateway_worker_probes", "gRPC liveness probes of workers, by result "
+            "(ok, timeout, error).", ["worker", "result"], registry=registry,
         )
+        self.views = _ViewCollector()
+        registry.register(self.views)
         self._series: dict[tuple[str, str, str, str], _Series] = {}
 
     def series(self, tenant: str, adapter: str, version: str, klass: str) -> _Series:
@@ -133,3 +152,57 @@ class GatewayMetrics(PerRegistry):
     def routed_to(self, labels: tuple[str, str, str, str], tier: str) -> None:
         """Count one routing decision."""
         self.series(*labels).routed_to(tier)
+
+
+class _ViewCollector(Collector):
+    """Reads the views it is pointed at on every scrape (no per-request cost)."""
+
+    def __init__(self) -> None:
+        self.placement: PlacementView | None = None
+        self.heat: HeatEmitter | None = None
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        heat = self.heat
+        published = CounterMetricFamily(
+            "loraplane_gateway_heat_published", "Completions published as HeatBatch events.")
+        dropped = CounterMetricFamily(
+            "loraplane_gateway_heat_dropped", "Completions dropped because Kafka was away or "
+            "too slow for longer than the pending bound.")
+        pending = GaugeMetricFamily(
+            "loraplane_gateway_heat_pending", "Completions waiting to be published.")
+        published.add_metric([], heat.published if heat else 0)
+        dropped.add_metric([], heat.dropped if heat else 0)
+        pending.add_metric([], heat.pending if heat else 0)
+        yield from (published, dropped, pending)
+        from loraplane.gateway.placement import LIVENESS
+
+        state = GaugeMetricFamily(
+            "loraplane_gateway_worker_state", "What the gateway believes about a worker: 1 for "
+            "its current state.", labels=["worker", "state"])
+        since = GaugeMetricFamily(
+            "loraplane_gateway_worker_state_since_timestamp_seconds",
+            "Since when the worker has been in its current state.", labels=["worker"])
+        answer = GaugeMetricFamily(
+            "loraplane_gateway_worker_last_answer_timestamp_seconds",
+            "When the worker last answered a gRPC probe (0 = never).", labels=["worker"])
+        report = GaugeMetricFamily(
+            "loraplane_gateway_worker_last_report_timestamp_seconds",
+            "When the worker's last cache.state report was made (0 = never).",
+            labels=["worker"])
+        routable = GaugeMetricFamily(
+            "loraplane_gateway_worker_routable", "1 when requests may be routed to the worker.",
+            labels=["worker"])
+        view = self.placement
+        for w in view.workers() if view is not None else []:
+            current = view.liveness(w)  # type: ignore[union-attr]
+            for name in LIVENESS:
+                state.add_metric([w.worker_id, name], 1.0 if name == current else 0.0)
+            since.add_metric([w.worker_id], w.state_since)
+            answer.add_metric([w.worker_id], w.answered_at)
+            report.add_metric([w.worker_id], w.last_seen)
+            live = w.ready and bool(w.address) and current in LIVENESS[:2]
+            routable.add_metric([w.worker_id], 1.0 if live else 0.0)
+        yield from (state, since, answer, report, routable)

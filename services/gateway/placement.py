@@ -2,9 +2,15 @@
 
 Fed by ``cache.state`` (:class:`~loraplane.v1.events_pb2.WorkerReport`: full
 snapshots and ``AdapterLoaded`` / ``AdapterEvicted`` deltas), bootstrapped from the
-cache manager's ``ListWorkers`` at start. Snapshots are ordered by
-``(started_at, seq)``; a delta older than the worker's last snapshot is ignored, so a
-replay of old reports never overwrites newer state.
+cache manager's ``ListWorkers`` at start, and by the gateway's own probes of every
+worker's ``GetState`` over gRPC (:mod:`~loraplane.gateway.liveness`). Snapshots are
+ordered by ``(started_at, seq)``; a delta older than the worker's last snapshot is
+ignored, so a replay of old reports never overwrites newer state.
+
+Liveness comes from the request path, not from the broker: a worker that answers its
+probes stays routable however long ``cache.state`` is silent (a broker outage), and a
+worker that fails ``down_after_failures`` probes in a row is taken out of routing
+within seconds, whatever its last report said (:meth:`PlacementView.liveness`).
 
 :class:`LocalLoad` is what this gateway knows better than any report: its own
 requests in flight per worker and the cold loads it started.
@@ -55,6 +61,26 @@ class WorkerView:
     """engine_id → TIER_HOT / TIER_WARM."""
     reported_in_flight: int = 0
     """Sum of in-flight requests in the last snapshot."""
+    answered_at: float = 0.0
+    """When its last answered probe was sent (gateway clock; 0 = never answered)."""
+    probe_failures: int = 0
+    """Probes failed in a row since the last answer."""
+    state: str = ""
+    """Liveness state at the last :meth:`PlacementView.refresh_liveness` (see LIVENESS)."""
+    state_since: float = 0.0
+    """Since when it has been in ``state``."""
+
+
+ANSWERING = "answering"
+"""Answered a probe within the staleness window (routable whatever the broker does)."""
+REPORTING = "reporting"
+"""Not probed or not yet answered, but its ``cache.state`` reports are fresh."""
+SILENT = "silent"
+"""Neither an answer nor a report within the staleness window: not routed to."""
+DOWN = "down"
+"""Failed ``down_after_failures`` probes in a row: not routed to until it answers."""
+LIVENESS: tuple[str, ...] = (ANSWERING, REPORTING, SILENT, DOWN)
+"""Every liveness state a worker can be in."""
 
 
 class PlacementView:
@@ -65,13 +91,19 @@ class PlacementView:
         *,
         clock: Clock = time.time,
         stale_after_s: float = 60.0,
+        down_after_failures: int = 2,
         warm_load_ms: float = 50.0,
         cold_load_ms: float = 2000.0,
         ewma_alpha: float = 0.2,
     ) -> None:
-        """``stale_after_s``: a worker silent for longer is not routed to (0 = never)."""
+        """``stale_after_s``: a worker neither answering probes nor reporting for longer is
+        not routed to (0 = never); ``down_after_failures``: probes failed in a row that
+        take a worker out of routing."""
+        if down_after_failures < 1:
+            raise ValueError("down_after_failures must be at least 1")
         self._clock = clock
         self._stale_after_s = stale_after_s
+        self._down_after = down_after_failures
         self._workers: dict[str, WorkerView] = {}
         self._warm_ms = warm_load_ms
         self._cold_ms = cold_load_ms
@@ -97,8 +129,12 @@ class PlacementView:
             self._workers[worker_id] = w
         return w
 
-    def apply_state(self, state: events_pb2.WorkerState, at: float, *, alive: bool = True) -> bool:
-        """Apply a full snapshot taken at ``at``; returns whether it was newer than what is known."""
+    def apply_state(
+        self, state: events_pb2.WorkerState, at: float, *, alive: bool = True,
+        reported: bool = True,
+    ) -> bool:
+        """Apply a full snapshot taken at ``at``; returns whether it was newer than what is
+        known. ``reported``: it came through ``cache.state`` (counts as a report)."""
         w = self._worker(state.worker_id)
         started = _ts(state.started_at)
         if (started, state.seq) < (w.started_at, w.seq) or (
@@ -106,7 +142,8 @@ class PlacementView:
         ):
             return False
         w.started_at, w.seq, w.as_of = started, state.seq, at
-        w.last_seen = max(w.last_seen, at)
+        if reported:
+            w.last_seen = max(w.last_seen, at)
         w.address = state.grpc_address or w.address
         w.base_models = frozenset(state.base_models)
         w.ready = state.ready and alive
@@ -156,6 +193,50 @@ class PlacementView:
         elif loaded.source_tier == TIER_COLD:
             self._cold_ms = (1 - a) * self._cold_ms + a * loaded.duration_ms
 
+    def probe_answered(self, state: events_pb2.WorkerState, sent_at: float) -> None:
+        """The worker answered a ``GetState`` probe sent at ``sent_at`` with ``state``: it is
+        alive, and its snapshot is applied (sent_at orders it before any later delta)."""
+        w = self._worker(state.worker_id)
+        revived = w.probe_failures >= self._down_after
+        w.answered_at = max(w.answered_at, sent_at)
+        w.probe_failures = 0
+        applied = self.apply_state(state, sent_at, reported=False)
+        if revived and not applied:
+            self._changed()
+
+    def probe_failed(self, worker_id: str) -> None:
+        """A probe of the worker failed (no answer in time, connection refused)."""
+        w = self._workers.get(worker_id)
+        if w is None:
+            return
+        w.probe_failures += 1
+        if w.probe_failures == self._down_after:
+            self._changed()
+
+    def liveness(self, w: WorkerView, now: float | None = None) -> str:
+        """One of :data:`LIVENESS` for ``w`` at ``now`` (default: the clock)."""
+        if w.probe_failures >= self._down_after:
+            return DOWN
+        now = self._clock() if now is None else now
+        stale = self._stale_after_s
+        if w.answered_at and (stale <= 0 or now - w.answered_at <= stale):
+            return ANSWERING
+        if stale <= 0 or now - w.last_seen <= stale:
+            return REPORTING
+        return SILENT
+
+    def refresh_liveness(self) -> list[tuple[str, str, str]]:
+        """Record each worker's liveness state and since when; returns the transitions
+        ``(worker_id, old, new)`` since the last call (``old`` "" the first time)."""
+        now = self._clock()
+        changes = []
+        for w in self.workers():
+            state = self.liveness(w, now)
+            if state != w.state:
+                changes.append((w.worker_id, w.state, state))
+                w.state, w.state_since = state, now
+        return changes
+
     def mark_down(self, worker_id: str) -> None:
         """Stop routing to a worker until its next snapshot says it is ready."""
         w = self._workers.get(worker_id)
@@ -178,16 +259,16 @@ class PlacementView:
         return [self._workers[k] for k in sorted(self._workers)]
 
     def routable(self, base_model: str) -> list[WorkerView]:
-        """Ready, fresh workers with an address that serve ``base_model``."""
+        """Ready, live workers (answering probes or reporting) with an address that serve
+        ``base_model``."""
         now = self._clock()
-        stale = self._stale_after_s
         return [
             w
             for w in self._workers.values()
             if w.ready
             and w.address
             and base_model in w.base_models
-            and (stale <= 0 or now - w.last_seen <= stale)
+            and self.liveness(w, now) in (ANSWERING, REPORTING)
         ]
 
     def base_models(self) -> set[str]:

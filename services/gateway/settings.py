@@ -99,7 +99,17 @@ class GatewaySettings(CommonSettings):
     cold_load_estimate_ms: float = Field(default=2000.0, ge=0)
     """Initial estimate of a COLD → HOT load (refined from ``AdapterLoaded`` reports)."""
     worker_stale_after_s: float = Field(default=60.0, gt=0)
-    """A worker not heard of for this long is not routed to."""
+    """A worker neither answering probes nor reporting on ``cache.state`` for this long is
+    not routed to (a worker that answers its probes stays routable during a broker
+    outage)."""
+    worker_probe_interval_s: float = Field(default=1.0, ge=0)
+    """How often every worker's ``GetState`` is probed over gRPC (0 = no probes: liveness
+    from ``cache.state`` reports only)."""
+    worker_probe_timeout_s: float = Field(default=1.0, gt=0)
+    """Deadline of one probe."""
+    worker_down_after_failures: int = Field(default=2, ge=1)
+    """Probes failed in a row that take a worker out of routing (so a dead worker is
+    routed around within about ``interval × failures + timeout`` seconds)."""
     worker_suspect_s: float = Field(default=5.0, ge=0)
     """After a worker answered UNAVAILABLE, avoid it for this long."""
     default_deadline_s: float = Field(default=120.0, gt=0)
