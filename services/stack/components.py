@@ -128,9 +128,11 @@ class Component:
                     f"free it or set LORAPLANE_STACK_{label.upper()} to another port"
                 )
 
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Start the component unless it already runs healthy; returns whether this call
+        started it (a caller that must clean up after a failure stops only those)."""
         if self.pid() is not None and self.healthy():
-            return
+            return False
         self.stop()
         self.check_ports_free()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -158,6 +160,7 @@ class Component:
         except Exception:
             self.stop()
             raise
+        return True
 
     def stop(self, timeout: float = 15.0) -> None:
         pid = self.pid()

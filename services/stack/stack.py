@@ -38,14 +38,18 @@ class Stack:
         return [self.seaweedfs, self.tansu, self.postgres, self.prometheus]
 
     def up(self, echo: bool = False) -> dict[str, float]:
-        """Start every component (idempotent); returns seconds per component."""
+        """Start every component (idempotent); returns seconds per component.
+
+        On failure only the components this call started are stopped again: one that was
+        already running (a serving ``make run``, say) is left running.
+        """
         timings: dict[str, float] = {}
         started: list[Component] = []
         try:
             for comp in self.components:
                 t0 = time.monotonic()
-                comp.start()
-                started.append(comp)
+                if comp.start():
+                    started.append(comp)
                 timings[comp.name] = time.monotonic() - t0
                 if echo:
                     print(f"  {comp.name:<11} up in {timings[comp.name]:.1f}s", flush=True)

@@ -39,3 +39,27 @@ def test_missing_binary_names_the_component(tmp_path: Path, monkeypatch: pytest.
 def test_duplicate_ports_are_refused() -> None:
     with pytest.raises(ValueError, match="used twice"):
         StackSettings(profile="test", kafka_port=29001)
+
+
+def test_failing_stack_up_leaves_running_components_running(tmp_path: Path) -> None:
+    """`stack up` that fails (a taken port) stops only what it started itself."""
+    s = StackSettings(profile="test", port_base=27700, data_dir=tmp_path)
+    st = Stack(s)
+    try:
+        for comp in (st.seaweedfs, st.tansu, st.postgres):
+            assert comp.start() is True
+        pids = {c.name: c.pid() for c in (st.seaweedfs, st.tansu, st.postgres)}
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", s.prometheus_port))
+            sock.listen(1)
+            with pytest.raises(StackError, match=r"prometheus: port \d+ \(prometheus_port\)"):
+                st.up()
+        after = {h.component: h for h in st.status()}
+        for name, pid in pids.items():
+            assert after[name].healthy, after[name]
+            assert getattr(st, name).pid() == pid  # the very same process, not a restart
+        assert not after["prometheus"].healthy
+        assert st.seaweedfs.start() is False  # already running: nothing started
+    finally:
+        st.down()
+    assert all(not h.healthy for h in st.status())
