@@ -6,7 +6,9 @@
   subclasses to their status code and message (``retry-after-ms`` trailing metadata when
   the error carries ``retry_after_s``), turns any other exception into INTERNAL with a
   generic message (logged with its traceback), and records per-RPC metrics
-  (:class:`~loraplane.shared.metrics.RpcMetrics`);
+  (:class:`~loraplane.shared.metrics.RpcMetrics`) *before* the status is sent, so a
+  caller that has its answer also finds it counted (a handler that calls
+  ``context.abort`` itself has sent its status before the interceptor sees it);
 * the caller's interceptors (e.g. :class:`MetadataAuthInterceptor`), inside it, so the
   errors they raise are mapped too;
 * the standard health service (``grpc.health.v1.Health``; every registered service is
@@ -148,14 +150,17 @@ def _wrap_unary(
 ) -> Callable[..., Awaitable[Any]]:
     async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
-        code = "OK"
         try:
-            return await inner(request, context)
+            result = await inner(request, context)
         except Exception as exc:  # noqa: BLE001 - every error ends as a status (logged)
-            code = _code_of(exc, context)
+            # counted before the status is sent: a caller that got it sees it counted
+            metrics.observe(_code_of(exc, context), time.perf_counter() - started)
             await _end_call(exc, context, method)
-        finally:
-            metrics.observe(code, time.perf_counter() - started)
+        except BaseException:  # cancelled
+            metrics.observe(grpc.StatusCode.CANCELLED.name, time.perf_counter() - started)
+            raise
+        metrics.observe("OK", time.perf_counter() - started)  # the response is sent after
+        return result
 
     return behaviour
 
@@ -165,15 +170,17 @@ def _wrap_streaming(
 ) -> Callable[..., AsyncIterator[Any]]:
     async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
-        code = "OK"
         try:
             async for item in inner(request, context):
                 yield item
         except Exception as exc:  # noqa: BLE001 - every error ends as a status (logged)
-            code = _code_of(exc, context)
+            # counted before the status is sent: a caller that got it sees it counted
+            metrics.observe(_code_of(exc, context), time.perf_counter() - started)
             await _end_call(exc, context, method)
-        finally:
-            metrics.observe(code, time.perf_counter() - started)
+        except BaseException:  # cancelled, or the caller went away (generator closed)
+            metrics.observe(grpc.StatusCode.CANCELLED.name, time.perf_counter() - started)
+            raise
+        metrics.observe("OK", time.perf_counter() - started)  # the status is sent after
 
     return behaviour
 

@@ -145,3 +145,47 @@ async def test_unexpected_error_is_internal_and_unary_errors_are_mapped() -> Non
         await (await intercept(icpt, UNARY)).unary_unary(None, ctx)
     assert ctx.aborted == (grpc.StatusCode.NOT_FOUND, "no such thing")
     assert count(registry, METHOD, "INTERNAL") == 1 and count(registry, UNARY, "NOT_FOUND") == 1
+
+
+class RecordingContext(Context):
+    """A context whose ``abort`` (the moment the status leaves for the caller) notes what
+    the metrics said then."""
+
+    def __init__(self, registry: CollectorRegistry, method: str, code: str) -> None:
+        super().__init__()
+        self.counted_at_abort: float | None = None
+        self._probe = (registry, method, code)
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.counted_at_abort = count(*self._probe)
+        await super().abort(code, details)
+
+
+async def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
+    """The caller may read the metric as soon as it has the status (the registry's
+    refused-token test read 1 of 2 refusals when the count came after the abort)."""
+    icpt, registry, _ = setup({
+        METHOD: grpc.unary_stream_rpc_method_handler(stream_cold),
+        UNARY: grpc.unary_unary_rpc_method_handler(unary_missing),
+    })
+    for method, code, call in (
+        (UNARY, "NOT_FOUND", lambda h, ctx: h.unary_unary(None, ctx)),
+        (METHOD, "UNAVAILABLE", lambda h, ctx: _drain(h.unary_stream(None, ctx))),
+    ):
+        ctx = RecordingContext(registry, method, code)
+        with pytest.raises(grpc.aio.AbortError):
+            await call(await intercept(icpt, method), ctx)
+        assert ctx.counted_at_abort == 1
+        assert count(registry, method, code) == 1  # counted once, not again after
+
+
+async def _drain(stream: AsyncIterator[Any]) -> list[Any]:
+    return [i async for i in stream]
+
+
+async def test_a_stream_closed_by_the_caller_is_counted_cancelled() -> None:
+    icpt, registry, _ = setup({METHOD: grpc.unary_stream_rpc_method_handler(stream_ok)})
+    stream = (await intercept(icpt, METHOD)).unary_stream(None, Context())
+    assert await anext(stream) == 0
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert count(registry, METHOD, "CANCELLED") == 1 and count(registry, METHOD, "OK") == 0
