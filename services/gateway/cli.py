@@ -38,7 +38,7 @@ def _api_key(explicit: str | None) -> str:
 
 
 def generate(
-    adapter: str = typer.Option(..., "--adapter", "-a", help="adapter name ('base' = base model)"),
+    adapter: str = typer.Option(..., "--adapter", "-a", help="adapter ('base' = base model)"),
     prompt: str = typer.Option(..., "--prompt", "-p", help="prompt text"),
     max_tokens: int = typer.Option(32, "--max-tokens", help="tokens to generate"),
     temperature: float | None = typer.Option(None, "--temperature", help="0 = greedy"),
@@ -62,7 +62,7 @@ def generate(
         typer.echo("error: no gateway address: set LORAPLANE_GATEWAY_GRPC", err=True)
         raise typer.Exit(2)
     req = inference_pb2.GenerateRequest(
-        adapter="" if adapter == "base" else adapter, prompt=prompt, max_tokens=max_tokens,
+        adapter=adapter, prompt=prompt, max_tokens=max_tokens,
         request_class=CLASSES[request_class], request_key=request_key, base_model=base_model,
     )
     if temperature is not None:

@@ -1,5 +1,8 @@
 """The public gRPC API: ``loraplane.v1.Inference/Generate`` (server streaming).
 
+``adapter`` is an adapter name, or a base model: the alias ``"base"`` or its served name
+(``loraplane/tiny-llama``); empty is INVALID_ARGUMENT naming ``adapter``.
+
 Authentication: ``authorization: Bearer <api key>`` metadata. Errors are classified
 :class:`~loraplane.shared.errors.LoraplaneError` subclasses, turned into status codes
 (with ``retry-after-ms`` trailing metadata for retry hints) by the shared
@@ -22,6 +25,8 @@ from collections.abc import AsyncIterator
 import grpc
 
 from loraplane.gateway.budget import TIER_NAMES
+from loraplane.gateway.models import served_base_models
+from loraplane.gateway.names import route_base_model_name
 from loraplane.gateway.service import Gateway
 from loraplane.shared.grpcutil import GrpcServer, Service, bearer_token, build_server
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
@@ -63,6 +68,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         """Authenticate, then stream the gateway's answer."""
         metadata = context.invocation_metadata() or ()
         principal = self.gateway.authenticate(bearer_token(metadata))
+        gw = self.gateway
+        route_base_model_name(request, served_base_models(gw.placement, gw.default_base_model))
         request_id = None
         for key, value in metadata:
             if key == REQUEST_ID_METADATA and isinstance(value, str) and 0 < len(value) <= 128:

@@ -2,9 +2,14 @@
 
 * ``POST /v1/completions`` and ``POST /v1/chat/completions``; ``"stream": true``
   answers with server-sent events (``data: {chunk}`` … ``data: [DONE]``);
-* ``GET /v1/models``: the calling tenant's adapters (own and shared) with a stable
-  version; ``model`` is the adapter name (``"base"`` = the base model);
+* ``GET /v1/models``: the served base models (``owned_by`` the platform) and the calling
+  tenant's adapters (own and shared) with a stable version, each with the version(s) it
+  resolves to; ``GET /v1/models/{id}`` one of them (ids may contain ``/``);
 * ``GET /healthz``.
+
+``model`` is an adapter name, or a base model: its served name (``loraplane/tiny-llama``)
+or the alias ``"base"`` (the default base model). Missing or empty is a 400 naming
+``model``, never base-model text.
 
 Authentication: ``Authorization: Bearer <api key>``. Errors: OpenAI-style bodies
 ``{"error": {"message", "type", "code"}}`` with the HTTP equivalent of the gRPC
@@ -33,6 +38,8 @@ from loraplane.gateway.auth import Principal
 from loraplane.gateway.budget import TIER_NAMES
 from loraplane.gateway.errors import UpstreamError, http_status_of, openai_error_body
 from loraplane.gateway.grpc_api import resolution_metadata
+from loraplane.gateway.models import list_models, retrieve_model, served_base_models
+from loraplane.gateway.names import base_model_named, check_adapter_name, route_base_model_name
 from loraplane.gateway.service import Gateway, new_request_id
 from loraplane.shared.errors import InvalidArgument, LoraplaneError
 from loraplane.shared.grpcutil import bearer_token
@@ -51,7 +58,7 @@ CLASSES = {
 class _Common(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(description="adapter name; 'base' = the base model")
+    model: str = Field(description="adapter name, or a base model: its served name or 'base'")
     max_tokens: int | None = Field(default=None, ge=0)
     temperature: float | None = None
     top_p: float | None = None
@@ -106,9 +113,13 @@ def _error(exc: LoraplaneError) -> JSONResponse:
     return JSONResponse(openai_error_body(exc), status_code=http_status_of(exc), headers=headers)
 
 
-def _to_grpc(body: _Common, request: Request, prompt: str, max_tokens: int | None) -> Any:
+def _to_grpc(
+    body: _Common, request: Request, prompt: str, max_tokens: int | None, served: list[str]
+) -> Any:
+    if base_model_named(body.model, served) is None:
+        check_adapter_name(body.model, field="model")  # missing / path-like: named as `model`
     req = inference_pb2.GenerateRequest(
-        adapter="" if body.model == "base" else body.model,
+        adapter=body.model,
         prompt=prompt,
         max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
         base_model=body.base_model or "",
@@ -129,6 +140,7 @@ def _to_grpc(body: _Common, request: Request, prompt: str, max_tokens: int | Non
     req.request_key = (
         body.request_key or request.headers.get("x-loraplane-request-key") or body.user or ""
     )
+    route_base_model_name(req, served, field="model")
     return req
 
 
@@ -162,6 +174,9 @@ def create_app(gateway: Gateway) -> FastAPI:
         ]
         return _error(InvalidArgument("; ".join(problems)))
 
+    def served() -> list[str]:
+        return served_base_models(gateway.placement, gateway.default_base_model)
+
     def principal_of(request: Request) -> Principal:
         header = request.headers.get("authorization")
         return gateway.authenticate(bearer_token([("authorization", header)] if header else []))
@@ -170,7 +185,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         request: Request, body: _Common, prompt: str, max_tokens: int | None, chat: bool
     ) -> Any:
         principal = principal_of(request)
-        req = _to_grpc(body, request, prompt, max_tokens)
+        req = _to_grpc(body, request, prompt, max_tokens, served())
         rid = request.headers.get("x-request-id") or new_request_id()
         stream = gateway.generate(principal, req, request_id=rid)
         try:
@@ -233,20 +248,14 @@ def create_app(gateway: Gateway) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> Any:
         principal = principal_of(request)
-        data = [
-            {
-                "id": e.release.name,
-                "object": "model",
-                "created": 0,
-                "owned_by": e.release.tenant_id,
-                "version": e.release.stable,
-                "canary_version": e.release.canary or None,
-                "canary_percent": e.release.canary_percent,
-                "base_model": e.base_model,
-            }
-            for e in gateway.catalog.visible_to(principal.tenant_id)
-        ]
-        return {"object": "list", "data": data}
+        return {"object": "list",
+                "data": list_models(gateway.catalog, principal.tenant_id, served())}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(request: Request, model_id: str) -> Any:
+        principal = principal_of(request)
+        return retrieve_model(gateway.catalog, principal.tenant_id, served(), model_id,
+                              default=gateway.default_base_model)
 
     @app.get("/healthz")
     async def healthz() -> Any:

@@ -97,3 +97,28 @@ async def test_health_and_reflection() -> None:
             await call.done_writing()
             names = {s.name for s in answer.list_services_response.service}
             assert "loraplane.v1.Inference" in names
+
+
+async def test_an_empty_adapter_is_invalid_argument_naming_the_field() -> None:
+    async with harness(grpc_server=True) as h:
+        code, err = await status_of(h.stub(), "", bearer(ACME_KEY))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "adapter is required" in err.details()  # type: ignore[attr-defined]
+        assert not any(w.requests for w in h.workers.values())
+
+
+async def test_the_base_model_is_callable_by_its_served_name_and_the_alias() -> None:
+    async with harness(grpc_server=True) as h:
+        # an adapter of the same name never shadows the base model
+        h.gateway.catalog.apply_admission(ev.admitted("acme", "tiny", "t1", 41))
+        h.gateway.catalog.apply_lifecycle(ev.promoted("acme", "tiny", "t1", 41, at=1.0))
+        stub, acme = h.stub(), bearer(ACME_KEY)
+        for name in ("tiny", "base"):
+            _, msgs = await call(stub, name, acme)
+            r = msgs[0].resolved.adapter
+            assert (r.adapter_name, r.version, r.base_model) == ("", "", "tiny"), name
+        sent = [x for w in h.workers.values() for x in w.requests]
+        assert len(sent) == 2 and all(x.use_base and x.engine_id == 0 for x in sent)
+        code, err = await status_of(stub, "tiny", acme, base_model="other")
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "base_model" in err.details()  # type: ignore[attr-defined]

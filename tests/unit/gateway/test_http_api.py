@@ -12,6 +12,7 @@ import httpx
 from loraplane.gateway.budget import BudgetConfig
 from loraplane.gateway.http_api import create_app
 
+from . import events as ev
 from .harness import ACME_KEY, GLOBEX_KEY, Harness, harness
 
 AUTH = {"authorization": f"Bearer {ACME_KEY}"}
@@ -74,14 +75,85 @@ async def test_completion_stream_and_user_is_the_sticky_key() -> None:
         assert sent.params.request_key == "alice" and sent.request_class == 2
 
 
-async def test_models_lists_the_callers_adapters() -> None:
+async def test_models_lists_the_base_model_and_the_callers_adapters() -> None:
     async with client() as (_, c):
         r = await c.get("/v1/models", headers=AUTH)
         assert r.status_code == 200
         ids = [(m["id"], m["version"], m["owned_by"]) for m in r.json()["data"]]
-        assert ids == [("code", "c1", "acme"), ("support", "v1", "acme")]
+        assert ids == [("tiny", "tiny", "loraplane"), ("code", "c1", "acme"),
+                       ("support", "v1", "acme")]
         r = await c.get("/v1/models", headers={"authorization": f"Bearer {GLOBEX_KEY}"})
-        assert [m["id"] for m in r.json()["data"]] == ["legal"]
+        assert [m["id"] for m in r.json()["data"]] == ["tiny", "legal"]
+
+
+async def test_every_model_object_says_the_versions_it_resolves_to() -> None:
+    async with client() as (h, c):
+        h.gateway.catalog.apply_lifecycle(ev.canary("acme", "support", "v2", 25, 12, at=2.0))
+        data = {m["id"]: m for m in (await c.get("/v1/models", headers=AUTH)).json()["data"]}
+        assert data["support"]["versions"] == [
+            {"version": "v1", "role": "stable", "percent": 75},
+            {"version": "v2", "role": "canary", "percent": 25},
+        ]
+        assert data["support"]["parent"] == "tiny" and data["support"]["canary_version"] == "v2"
+        assert data["code"]["versions"] == [{"version": "c1", "role": "stable", "percent": 100}]
+        assert data["tiny"]["versions"] == [{"version": "tiny", "role": "base", "percent": 100}]
+        assert data["tiny"]["parent"] is None
+
+
+async def test_retrieve_one_model() -> None:
+    async with client() as (_, c):
+        r = await c.get("/v1/models/support", headers=AUTH)
+        assert r.status_code == 200, r.text
+        assert r.json()["id"] == "support" and r.json()["version"] == "v1"
+        r = await c.get("/v1/models/tiny", headers=AUTH)
+        assert r.json()["owned_by"] == "loraplane"
+        alias = (await c.get("/v1/models/base", headers=AUTH)).json()
+        assert alias["id"] == "base" and alias["base_model"] == "tiny"
+        for unknown in ("nope", "org/nope", "a/b/c", "s3:x"):
+            r = await c.get(f"/v1/models/{unknown}", headers=AUTH)
+            assert r.status_code == 404, (unknown, r.text)
+            err = r.json()["error"]
+            assert err["type"] == "not_found_error" and unknown in err["message"]
+        r = await c.get("/v1/models/legal", headers=AUTH)  # another tenant's, as on generate
+        assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+        r = await c.get("/v1/models/support")
+        assert r.status_code == 401
+
+
+async def test_the_base_model_by_its_served_name_and_an_adapter_of_that_name() -> None:
+    async with client() as (h, c):
+        # acme names an adapter like the base model: the base model wins, the adapter is
+        # not listed (the registry refuses such names at release)
+        h.gateway.catalog.apply_admission(ev.admitted("acme", "tiny", "t1", 41))
+        h.gateway.catalog.apply_lifecycle(ev.promoted("acme", "tiny", "t1", 41, at=1.0))
+        for model in ("tiny", "base"):
+            r = await c.post("/v1/completions", headers=AUTH,
+                             json={"model": model, "prompt": "hi", "max_tokens": 2})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["model"] == model
+            assert body["loraplane"]["adapter"] == "" and body["loraplane"]["base_model"] == "tiny"
+        sent = [x for w in h.workers.values() for x in w.requests]
+        assert len(sent) == 2 and all(x.use_base and x.engine_id == 0 for x in sent)
+        models = (await c.get("/v1/models", headers=AUTH)).json()["data"]
+        assert [m["id"] for m in models].count("tiny") == 1
+        assert (await c.get("/v1/models/tiny", headers=AUTH)).json()["owned_by"] == "loraplane"
+
+
+async def test_a_missing_or_empty_model_is_400_naming_the_field() -> None:
+    async with client() as (h, c):
+        for body in ({"prompt": "x"}, {"model": "", "prompt": "x"}):
+            r = await c.post("/v1/completions", headers=AUTH, json=body)
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["type"] == "invalid_request_error" and "model" in err["message"]
+        r = await c.post("/v1/chat/completions", headers=AUTH,
+                         json={"model": "", "messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("model is required")
+        r = await c.post("/v1/completions", headers=AUTH, json={"model": "org/x", "prompt": "x"})
+        assert r.status_code == 400
+        assert r.json()["error"]["message"].startswith("model must be a name, not a path")
+        assert not any(w.requests for w in h.workers.values())
 
 
 async def test_openai_style_errors() -> None:

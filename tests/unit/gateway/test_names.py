@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from loraplane.gateway.names import InvalidAdapterName, check_adapter_name, is_base_model
+from loraplane.gateway.names import (
+    InvalidAdapterName,
+    MissingAdapterName,
+    base_model_named,
+    check_adapter_name,
+    is_base_model,
+    route_base_model_name,
+)
+from loraplane.shared.errors import InvalidArgument
+from loraplane.v1 import inference_pb2
 
 
 @pytest.mark.parametrize("name", ["support", "code", "a", "chat-v2", "x.y_z", "0abc", "a" * 63])
@@ -48,6 +57,57 @@ def test_invalid_name_is_invalid_argument() -> None:
     assert info.value.http_status == 400
 
 
-def test_base_model_names() -> None:
-    assert is_base_model("") and is_base_model("base")
-    assert not is_base_model("support")
+def test_base_model_alias() -> None:
+    assert is_base_model("base")
+    assert not is_base_model("") and not is_base_model("support")
+
+
+@pytest.mark.parametrize("field", ["adapter", "model"])
+def test_an_empty_name_is_refused_naming_the_field(field: str) -> None:
+    with pytest.raises(MissingAdapterName, match=f"^{field} is required") as info:
+        check_adapter_name("", field)
+    assert info.value.http_status == 400
+
+
+def test_the_field_is_named_in_every_refusal() -> None:
+    with pytest.raises(InvalidAdapterName, match="^model must be a name, not a path"):
+        check_adapter_name("org/x", "model")
+    with pytest.raises(InvalidAdapterName, match="^invalid model name"):
+        check_adapter_name("Upper", "model")
+
+
+SERVED = ("loraplane/tiny-llama", "gpt2")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("base", ""),  # the alias: the deployment's default
+        ("loraplane/tiny-llama", "loraplane/tiny-llama"),
+        ("gpt2", "gpt2"),  # a served name inside the adapter grammar is still the base model
+        ("support", None),
+        ("", None),
+        ("loraplane/other", None),
+    ],
+)
+def test_base_model_named(name: str, expected: str | None) -> None:
+    assert base_model_named(name, SERVED) == expected
+
+
+def test_a_served_name_is_routed_as_the_base_model() -> None:
+    req = inference_pb2.GenerateRequest(adapter="loraplane/tiny-llama", prompt="x")
+    route_base_model_name(req, SERVED)
+    assert (req.adapter, req.base_model) == ("base", "loraplane/tiny-llama")
+    same = inference_pb2.GenerateRequest(adapter="gpt2", base_model="gpt2")
+    route_base_model_name(same, SERVED)
+    assert (same.adapter, same.base_model) == ("base", "gpt2")
+    for untouched in ("support", "base", "", "loraplane/other"):
+        req = inference_pb2.GenerateRequest(adapter=untouched)
+        route_base_model_name(req, SERVED)
+        assert (req.adapter, req.base_model) == (untouched, "")
+
+
+def test_a_served_name_with_another_base_model_is_refused() -> None:
+    req = inference_pb2.GenerateRequest(adapter="gpt2", base_model="loraplane/tiny-llama")
+    with pytest.raises(InvalidArgument, match="model 'gpt2' is a base model, but base_model"):
+        route_base_model_name(req, SERVED, field="model")

@@ -224,9 +224,17 @@ async def test_every_parameter_problem_is_reported_at_once() -> None:
             assert part in msg
 
 
+async def test_an_empty_adapter_is_refused_not_served_by_the_base_model() -> None:
+    async with harness() as h:
+        with pytest.raises(InvalidArgument, match="adapter is required"):
+            await collect(h, req(""))
+        assert not any(w.requests for w in h.workers.values())
+        assert h.metric("loraplane_gateway_refused_total", {"reason": "invalid_argument"}) == 1
+
+
 async def test_base_model_request() -> None:
     async with harness() as h:
-        msgs = await collect(h, req(""))
+        msgs = await collect(h, req("base"))
         r = msgs[0].resolved
         assert r.adapter.adapter_name == "" and r.adapter.base_model == "tiny"
         assert not r.degraded_to_base
