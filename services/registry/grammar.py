@@ -33,6 +33,11 @@ REVISION_RE = re.compile(r"^[A-Za-z0-9._-]{0,128}$")
 FILE_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 """One segment of an artifact file path (no leading dot: no ``..``, no hidden files)."""
 
+RESERVED_ADAPTER_NAMES = frozenset({"base"})
+"""Names no adapter may be released under: on the inference APIs ``base`` means the base
+model (the gateway checks base-model names before adapter names, so such an adapter could
+never be called)."""
+
 MAX_BASE_MODEL_LEN = 128
 MAX_FILES = 64
 """Most files an artifact may list (a PEFT adapter has two plus the signature)."""
@@ -79,6 +84,22 @@ def check_tenant_id(value: str, field: str = "tenant_id") -> list[Problem]:
 def check_adapter_name(value: str, field: str = "adapter_name") -> list[Problem]:
     """Problems of an adapter name (see :data:`ADAPTER_NAME_RE`)."""
     return _match(field, value, ADAPTER_NAME_RE, "adapter name (^[a-z0-9][a-z0-9._-]{0,62}$)")
+
+
+def check_adapter_name_free(
+    value: str, base_model: str, field: str = "adapter_name"
+) -> list[Problem]:
+    """Problems of releasing an adapter under ``value`` on ``base_model``: a reserved name
+    (:data:`RESERVED_ADAPTER_NAMES`) or the name of its base model, which call the base model
+    on the inference APIs. Checked where versions are created, not on reads (an adapter
+    released under such a name before the rule can still be listed and retired)."""
+    if value in RESERVED_ADAPTER_NAMES:
+        return [Problem(field, f"{value!r} is reserved: it names the base model on the "
+                               "inference APIs; choose another adapter name")]
+    if value and value == base_model:
+        return [Problem(field, f"{value!r} is the name of its base model, which calls the "
+                               "base model on the inference APIs; choose another adapter name")]
+    return []
 
 
 def check_version(value: str, field: str = "version") -> list[Problem]:

@@ -46,6 +46,7 @@ from loraplane.registry.grammar import (
     artifact_prefix,
     artifact_uri,
     check_adapter_name,
+    check_adapter_name_free,
     check_base_model,
     check_files,
     check_priority_value,
@@ -498,6 +499,7 @@ async def request_upload(
     """
     problems = [
         *_ref_problems(tenant_id, adapter_name, version, name_field="adapter_name"),
+        *check_adapter_name_free(adapter_name, base_model),
         *check_base_model(base_model),
         *check_files(files),
     ]
@@ -530,6 +532,7 @@ def check_record(rec: registry_pb2.AdapterVersion, *, bucket: str) -> list[Probl
     problems = [
         *check_tenant_id(rec.tenant_id, p + "tenant_id"),
         *check_adapter_name(rec.name, p + "name"),
+        *check_adapter_name_free(rec.name, rec.base_model, p + "name"),
         *check_version(rec.version, p + "version"),
         *check_base_model(rec.base_model, p + "base_model"),
         *check_sha256(rec.sha256, p + "sha256"),

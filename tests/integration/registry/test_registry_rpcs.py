@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import grpc
+import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -304,6 +305,21 @@ async def test_request_upload_chooses_a_content_addressed_key(
     assert await registry.status_of("RequestUpload", R.RequestUploadRequest(
         tenant_id=f"nobody-{unique}", adapter_name="bot", version="v1", base_model=BASE,
         files=files)) == Code.NOT_FOUND
+
+
+async def test_an_adapter_cannot_be_released_under_a_base_model_name(
+    registry: Registry, unique: str
+) -> None:
+    """``base`` and the base model's own name call the base model on the inference APIs."""
+    tid = await registry.tenant(unique)
+    files = [R.UploadFile(path="adapter_config.json", size_bytes=10, sha256="a" * 64),
+             R.UploadFile(path="model.sig", size_bytes=5, sha256="c" * 64)]
+    for name, base in (("base", BASE), ("gpt2", "gpt2")):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await registry.call("RequestUpload", R.RequestUploadRequest(
+                tenant_id=tid, adapter_name=name, version="v1", base_model=base, files=files))
+        assert info.value.code() == Code.INVALID_ARGUMENT
+        assert f"adapter_name: {name!r} is" in (info.value.details() or "")
 
 
 async def test_register_version(registry: Registry, unique: str) -> None:

@@ -109,6 +109,23 @@ def _record(**over: object) -> registry_pb2.AdapterVersion:
     return rec
 
 
+@pytest.mark.parametrize(
+    ("name", "base_model", "problem"),
+    [
+        ("base", "loraplane/tiny-llama", "'base' is reserved: it names the base model"),
+        ("gpt2", "gpt2", "'gpt2' is the name of its base model"),
+        ("support", "gpt2", None),
+        ("tiny-llama", "loraplane/tiny-llama", None),  # org/name never equals an adapter name
+    ],
+)
+def test_reserved_adapter_names(name: str, base_model: str, problem: str | None) -> None:
+    found = grammar.check_adapter_name_free(name, base_model, "adapter_name")
+    if problem is None:
+        assert found == []
+    else:
+        assert [p.field for p in found] == ["adapter_name"] and problem in found[0].message
+
+
 def test_check_record_accepts_a_complete_record() -> None:
     assert check_record(_record(), bucket="bkt") == []
 
@@ -127,6 +144,7 @@ def test_check_record_accepts_a_complete_record() -> None:
         ({"signature_uri": "s3://bkt/x/model.sig"}, "version.signature_uri"),
         ({"priority": 9}, "version.priority"),
         ({"name": "Bad Name"}, "version.name"),
+        ({"name": "base"}, "version.name"),
     ],
 )
 def test_check_record_names_the_bad_field(over: dict[str, object], field: str) -> None:
