@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Protocol, Self
 
 import grpc
+import urllib3
 from minio import Minio
+from minio.error import MinioException, S3Error, ServerError
 
 from loraplane.registry.auth import ACTOR_METADATA
 from loraplane.registry.settings import RegistryClientSettings
@@ -51,6 +53,40 @@ DECIDED = frozenset({
 
 class ReleaseError(RuntimeError):
     """The release cannot proceed (bad directory, unreadable adapter config)."""
+
+
+REGISTRY = "registry"
+OBJECT_STORE = "object store"
+
+
+class ComponentUnavailable(ReleaseError):
+    """A component the command needs could not be reached, or answered that it is
+    unavailable: which one, where (and the setting that says where), and why."""
+
+    def __init__(self, component: str, endpoint: str, setting: str, cause: str,
+                 *, reached: bool = False) -> None:
+        """``reached``: it answered (unavailable), rather than not being reachable at all."""
+        self.component = component
+        self.endpoint = endpoint
+        self.setting = setting
+        self.cause = cause
+        self.reached = reached
+        what = (f"the {component} at {endpoint} is unavailable" if reached
+                else f"cannot reach the {component} at {endpoint}")
+        super().__init__(f"{what} ({setting}): {cause}")
+
+
+def connection_cause(exc: BaseException) -> str:
+    """The innermost operating-system reason of a connection failure (``Connection
+    refused``), else the exception's own text."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.strerror:
+            return current.strerror
+        current = getattr(current, "reason", None) or current.__cause__ or current.__context__
+    return str(exc)
 
 
 class RegistryClient:
@@ -90,6 +126,29 @@ class RegistryClient:
         """Call ``RegistryAdmin.<method>``; raises ``grpc.RpcError`` on failure."""
         fn = getattr(self.stub, method)
         return fn(request, metadata=self.metadata, timeout=self.timeout_s)
+
+    def reachable(self, timeout_s: float = 1.0) -> bool:
+        """Whether a connection to the registry can be made within ``timeout_s``."""
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            return False
+        return True
+
+    def unavailable(self, exc: grpc.RpcError) -> ComponentUnavailable | None:
+        """What a failed call means when the registry is unreachable or unavailable
+        (UNAVAILABLE, or no answer within the deadline); ``None`` for other errors."""
+        code = exc.code()
+        if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return None
+        reached = self.reachable()
+        cause = exc.details() or code.name
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            cause = f"no answer within {self.timeout_s:g}s"
+        elif not reached:
+            cause = "no connection (is it running?)"
+        return ComponentUnavailable(REGISTRY, self.addr, "LORAPLANE_REGISTRY_ADDR", cause,
+                                    reached=reached)
 
     # -- convenience -------------------------------------------------------------
 
@@ -252,6 +311,7 @@ def release_adapter(
     priority: common_pb2.Priority = common_pb2.PRIORITY_UNSPECIFIED,
     tokenizer_revision: str = "",
     progress: Callable[[list[LocalFile]], Progress] | None = None,
+    s3_endpoint: str = "",
 ) -> ReleaseResult:
     """Sign (if needed), upload to the registry-chosen location, register.
 
@@ -261,6 +321,9 @@ def release_adapter(
     * every file and the signature are uploaded (skipped when the version is already
       registered with the same manifest digest);
     * RegisterVersion stores the record (status pending).
+
+    An object store that cannot be reached (``s3_endpoint``: where, for the message) raises
+    :class:`ComponentUnavailable`; one that refuses an upload, :class:`ReleaseError`.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -290,8 +353,7 @@ def release_adapter(
         keys = {t.path: t.key for t in plan.targets}
         bar = progress(local) if progress is not None else None
         for f in local:
-            s3.fput_object(plan.bucket, keys[f.path], str(f.local), progress=bar,
-                           content_type="application/octet-stream")
+            upload_file(s3, plan.bucket, keys[f.path], f, bar, s3_endpoint or "its endpoint")
             uploaded += f.size_bytes
     record = registry_pb2.AdapterVersion(
         tenant_id=tenant, name=name, version=version, base_model=base_model,
@@ -305,6 +367,28 @@ def release_adapter(
     )
     stored = reg.call("RegisterVersion", registry_pb2.RegisterVersionRequest(version=record))
     return ReleaseResult(stored.version, signed, uploaded)
+
+
+def upload_file(s3: Minio, bucket: str, key: str, f: LocalFile, bar: Progress | None,
+                endpoint: str) -> None:
+    """Upload one file; an object store that cannot be reached (or answers 5xx) raises
+    :class:`ComponentUnavailable` naming it at ``endpoint``, one that refuses the upload
+    (credentials, bucket) :class:`ReleaseError` with its S3 error code."""
+    try:
+        s3.fput_object(bucket, key, str(f.local), progress=bar,
+                       content_type="application/octet-stream")
+    except urllib3.exceptions.HTTPError as exc:  # no connection, reset, timed out
+        raise ComponentUnavailable(OBJECT_STORE, endpoint, "LORAPLANE_S3_ENDPOINT",
+                                   connection_cause(exc)) from None
+    except ServerError as exc:  # it answered 5xx
+        raise ComponentUnavailable(OBJECT_STORE, endpoint, "LORAPLANE_S3_ENDPOINT",
+                                   f"HTTP {exc.status_code} uploading {f.path}",
+                                   reached=True) from None
+    except S3Error as exc:  # it refused: credentials, bucket
+        raise ReleaseError(f"the object store at {endpoint} refused {f.path} "
+                           f"(s3://{bucket}/{key}): {exc.code}: {exc.message}") from None
+    except MinioException as exc:
+        raise ReleaseError(f"the object store at {endpoint} failed {f.path}: {exc}") from None
 
 
 def wait_for_verdict(

@@ -13,7 +13,9 @@ Commands (all read ``LORAPLANE_REGISTRY_ADDR``, ``LORAPLANE_REGISTRY_OPERATOR_TO
     loraplane audit [--subject acme/] [--action release.promote]
 
 Exit codes: 0 success (admitted with ``--wait``), 1 registry or input error,
-2 usage error, 3 rejected by admission (every reason printed), 4 ``--wait`` timed out.
+2 usage error, 3 rejected by admission (every reason printed), 4 ``--wait`` timed out,
+5 a component is unreachable or unavailable: the registry (``LORAPLANE_REGISTRY_ADDR``)
+or the object store (``LORAPLANE_S3_ENDPOINT``), named with its address (retry later).
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import grpc
 import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -42,6 +45,7 @@ from rich.progress import (
 from rich.table import Table
 
 from loraplane.registry.client import (
+    ComponentUnavailable,
     LocalFile,
     RegistryClient,
     ReleaseError,
@@ -59,6 +63,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_REJECTED = 3
 EXIT_TIMEOUT = 4
+EXIT_UNAVAILABLE = 5
+"""The registry or the object store could not be reached, or said it is unavailable."""
 
 app = typer.Typer(no_args_is_help=True)
 tenants_app = typer.Typer(help="Tenants: create, show, list, set the default priority.",
@@ -108,13 +114,23 @@ def _client() -> Iterator[RegistryClient]:
     try:
         yield reg
     except grpc.RpcError as exc:
+        down = reg.unavailable(exc)
+        if down is not None:
+            _unavailable(down)
         err.print(f"[red]error:[/] {exc.code().name}: {exc.details()}")
         raise typer.Exit(EXIT_ERROR) from None
+    except ComponentUnavailable as exc:
+        _unavailable(exc)
     except ReleaseError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(EXIT_ERROR) from None
     finally:
         reg.close()
+
+
+def _unavailable(exc: ComponentUnavailable) -> NoReturn:
+    err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+    raise typer.Exit(EXIT_UNAVAILABLE) from None
 
 
 def to_dict(msg: Message) -> dict[str, Any]:
@@ -201,7 +217,7 @@ def release(
         help="Priority override: platinum, gold, silver, bronze.")] = None,
     wait: Annotated[float | None, typer.Option(
         help="Wait up to SECONDS for the admission verdict (exit 0 admitted, 3 rejected, "
-             "4 timeout).")] = None,
+             "4 timeout; 5: the registry or the object store is unreachable).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the record as JSON.")] = False,
     tokenizer_revision: Annotated[str | None, typer.Option(
         help="Tokenizer revision; default: the base model's entry in the catalogue.")] = None,
@@ -222,7 +238,7 @@ def release(
                 reg, s3_client(s), directory=directory, tenant=tenant, name=name,
                 version=version, base_model=base_model, signing_key=signing_key,
                 priority=prio, tokenizer_revision=revision,
-                progress=lambda files: _RichUpload(progress, files),
+                progress=lambda files: _RichUpload(progress, files), s3_endpoint=s.s3_endpoint,
             )
         rec = result.version
         if not json_out:

@@ -6,6 +6,8 @@ process (``python -m loraplane.registry``) and the admission service
   the broker is back the same release is admitted and ``--wait`` exits 0;
 * a tampered adapter (NaN written after signing) is rejected: exit 3, every reason
   printed;
+* the registry unreachable, or the object store stopped: exit 5, the component named
+  with its address;
 * SIGTERM stops the registry process cleanly (exit 0) and its ``/metrics`` counted the
   registrations.
 
@@ -243,6 +245,44 @@ async def test_bad_input_and_auth_exit_nonzero(e2e: E2E, unique: str) -> None:
         e2e.env.clear()
         e2e.env.update(env)
     assert rc == 1 and "PERMISSION_DENIED" in err
+
+
+async def test_an_unreachable_registry_or_object_store_is_named_and_exits_5(
+    e2e: E2E, stack: Stack, unique: str
+) -> None:
+    """No raw ``MaxRetryError`` / gRPC status: which component, at which address, exit 5."""
+    tenant = f"e2e-{unique}"
+    rc, _, err = await e2e.cli("tenants", "create", tenant)
+    assert rc == 0, err
+    args = e2e.release_args(e2e.adapter_copy("unreachable", keep_signature=False), tenant, "v1")
+
+    closed = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    env = dict(e2e.env)
+    e2e.env["LORAPLANE_REGISTRY_ADDR"] = closed
+    try:
+        rc, _, err = await e2e.cli(*args)
+    finally:
+        e2e.env.clear()
+        e2e.env.update(env)
+    assert rc == 5, err
+    assert f"cannot reach the registry at {closed} (LORAPLANE_REGISTRY_ADDR)" in err
+    assert "Traceback" not in err
+
+    endpoint = e2e.env["LORAPLANE_S3_ENDPOINT"]
+    await asyncio.to_thread(stack.seaweedfs.stop)
+    try:
+        rc, _, err = await e2e.cli(*args)
+    finally:
+        await asyncio.to_thread(stack.seaweedfs.start)
+    assert rc == 5, err
+    assert (f"cannot reach the object store at {endpoint} (LORAPLANE_S3_ENDPOINT): "
+            "Connection refused") in err
+    assert "MaxRetryError" not in err and "Traceback" not in err
+    # nothing was registered: once the store is back the same release goes through
+    rc, out, _ = await e2e.cli("adapters", "list", "--tenant", tenant, "--json")
+    assert rc == 0 and json.loads(out) == []
+    rc, _, err = await e2e.cli(*args)
+    assert rc == 0, err
 
 
 async def test_registry_process_metrics_and_graceful_stop(e2e: E2E) -> None:
