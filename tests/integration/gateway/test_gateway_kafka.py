@@ -64,7 +64,9 @@ async def test_views_from_kafka_revocation_heat_prewarm_and_replay(
                         base_url=f"http://127.0.0.1:{app.http_port}") as http:
                         r = await http.get("/v1/models",
                                            headers={"authorization": f"Bearer {secret}"})
-                        assert [m["id"] for m in r.json()["data"]] == ["chat"]
+                        data = r.json()["data"]
+                        assert [m["id"] for m in data if m["owned_by"] == tenant] == ["chat"]
+                        assert base in {m["id"] for m in data if m["owned_by"] == "loraplane"}
 
                     # promote v2 (cold everywhere): interactive degrades and asks for a prewarm
                     await pub.publish(topics.ADAPTER_LIFECYCLE,
