@@ -18,6 +18,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from loraplane.policy.config import load_config
 from loraplane.shared import topics
 from loraplane.shared.grpcutil import GrpcServer, Service, build_server
 from loraplane.shared.metrics import RpcMetrics
@@ -102,6 +103,9 @@ class WorkerApp:
             self.engine, self.host, base_model=settings.base_model,
             zero_adapter=self.zero_adapter, metrics=self.metrics, clock=clock,
             drain_timeout_s=settings.worker_drain_timeout_s, on_event=self._on_event,
+            policy=load_config(settings.worker_policy_file),
+            slot_queue_depth=settings.worker_slot_queue_depth,
+            slot_retry_after_s=settings.worker_slot_retry_after_s,
         )
         self.executor = CommandExecutor(self.manager, worker_id=settings.worker_id, clock=clock)
         self.publisher = Publisher(settings.kafka_bootstrap, on_recovered=self._broker_recovered,

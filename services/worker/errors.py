@@ -44,6 +44,21 @@ class NoCapacity(WorkerError, errors.ResourceExhausted):
     reason = "no_capacity"
 
 
+class NoSlot(WorkerError, errors.ResourceExhausted):
+    """A request waited for a HOT slot until its budget was spent: every HOT version was
+    busy (in flight, reserved for another waiting request), pinned or protected."""
+
+    load_error_code = events_pb2.LOAD_ERROR_CODE_NO_CAPACITY
+    reason = "no_slot"
+
+
+class SlotQueueFull(WorkerError, errors.ResourceExhausted):
+    """The worker's queue of requests waiting for a HOT slot is full."""
+
+    load_error_code = events_pb2.LOAD_ERROR_CODE_NO_CAPACITY
+    reason = "queue_full"
+
+
 class DownloadFailed(WorkerError, errors.Unavailable):
     """The object store read failed (retriable)."""
 

@@ -19,12 +19,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from loraplane.policy.config import PolicyConfig
+from loraplane.policy.cost import Bandwidths
+from loraplane.policy.model import Priority, RequestClass
+from loraplane.policy.snapshot import VersionMeta
+from loraplane.policy.stats import VersionStats
+from loraplane.policy.victims import HotMember, VictimChoice, hot_victim
 from loraplane.v1 import common_pb2
 from loraplane.worker.engine import EngineAdapter
 from loraplane.worker.errors import (
@@ -34,12 +42,15 @@ from loraplane.worker.errors import (
     Draining,
     InUse,
     NoCapacity,
+    NoSlot,
     NotPresent,
+    SlotQueueFull,
     failure_reason,
 )
 from loraplane.worker.guard import SafeEngine
 from loraplane.worker.host_tier import ArtifactSpec, FetchTiming, HostEntry, HostTier, RescanResult
 from loraplane.worker.metrics import WorkerMetrics
+from loraplane.worker.slot_queue import QueueFull, SlotQueue, Ticket
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,17 @@ TIER_HOT = common_pb2.TIER_HOT
 TIER_WARM = common_pb2.TIER_WARM
 TIER_COLD = common_pb2.TIER_COLD
 TIER_NAMES: dict[Tier, str] = {TIER_HOT: "hot", TIER_WARM: "warm", TIER_COLD: "cold"}
+
+POLICY_CLASSES: dict[int, RequestClass] = {
+    common_pb2.REQUEST_CLASS_UNSPECIFIED: RequestClass.INTERACTIVE,
+    common_pb2.REQUEST_CLASS_INTERACTIVE: RequestClass.INTERACTIVE,
+    common_pb2.REQUEST_CLASS_BACKGROUND: RequestClass.BACKGROUND,
+    common_pb2.REQUEST_CLASS_CANARY: RequestClass.CANARY,
+}
+"""Request class enum value → the policy's class (its statistics count by class)."""
+ON_DEMAND_REASON = "on_demand_"
+"""Prefix of the reason of a demotion the request path made (``on_demand_capacity``,
+``on_demand_idle``, ``on_demand_protection_overflow``...: the policy's reason after it)."""
 
 Clock = Callable[[], datetime]
 
@@ -80,6 +102,8 @@ class Placement:
     draining: bool = False
     last_used_at: datetime | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    stats: VersionStats = field(default_factory=VersionStats)
+    """Requests this worker served for the version (the heat of the victim ranking)."""
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -139,6 +163,17 @@ class Lease:
     """``None`` when serving the base model (through the all-zero adapter)."""
 
 
+@dataclass(frozen=True)
+class SlotWait:
+    """How a request-path load may wait for a HOT slot."""
+
+    request_class: int
+    """``loraplane.v1.RequestClass`` of the request (its place in the queue)."""
+    deadline: float | None
+    """Monotonic instant the wait ends (what is left of the request's budget); None: no
+    bound but the caller's own deadline and cancellation."""
+
+
 EventSink = Callable[[LoadOutcome | EvictOutcome], Awaitable[None]]
 """Receives loads / evictions the worker did on its own (request path)."""
 
@@ -157,8 +192,18 @@ class AdapterManager:
         clock: Clock = _now,
         drain_timeout_s: float = 120.0,
         on_event: EventSink | None = None,
+        policy: PolicyConfig | None = None,
+        bandwidths: Bandwidths | None = None,
+        slot_queue_depth: int = 64,
+        slot_retry_after_s: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``zero_adapter``: the all-zero adapter that serves base-model requests."""
+        """``zero_adapter``: the all-zero adapter that serves base-model requests.
+
+        ``policy`` / ``bandwidths``: the cache policy's configuration, whose heat score and
+        predicates rank request-path victims (:mod:`loraplane.policy.victims`).
+        ``slot_queue_depth``: requests that may wait for a HOT slot at once.
+        """
         self.engine = engine
         self.host = host
         self.base_model = base_model
@@ -167,8 +212,21 @@ class AdapterManager:
         self.clock = clock
         self.drain_timeout_s = drain_timeout_s
         self.on_event = on_event
+        self.policy = policy or PolicyConfig()
+        self.bandwidths = bandwidths or Bandwidths()
+        self.slot_retry_after_s = slot_retry_after_s
+        self.monotonic = monotonic
         self.placements: dict[int, Placement] = {}
         self._locks: dict[int, asyncio.Lock] = {}
+        self._room = asyncio.Lock()
+        """Held while a HOT registration is decided and made (capacity check, victim
+        demotion, register): two loads never both take the last slot."""
+        self.slot_queue: SlotQueue[asyncio.Future[None] | None] = SlotQueue(slot_queue_depth)
+        self._claims: Counter[int] = Counter()
+        """Requests holding or waiting for each version (from :meth:`use`'s start to its
+        end): a claimed version is never a victim."""
+        self._slot_waiting: set[int] = set()
+        """Versions whose load waits in :attr:`slot_queue` now."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -178,7 +236,8 @@ class AdapterManager:
         result = await self.host.rescan()
         for entry in result.kept:
             self.placements[entry.spec.engine_id] = Placement(
-                spec=entry.spec, host=entry, loaded_at=entry.verified_at
+                spec=entry.spec, host=entry, loaded_at=entry.verified_at,
+                stats=self._new_stats(),
             )
         if result.dropped:
             self.metrics.host_dropped.inc(len(result.dropped))
@@ -186,6 +245,10 @@ class AdapterManager:
         return result
 
     # ------------------------------------------------------------------ helpers
+
+    def _new_stats(self) -> VersionStats:
+        sc = self.policy.score
+        return VersionStats(sc.rate_window_s, sc.warm_rate_window_s)
 
     def _lock(self, engine_id: int) -> asyncio.Lock:
         lock = self._locks.get(engine_id)
@@ -250,15 +313,18 @@ class AdapterManager:
         pin: bool = False,
         make_room: bool = False,
         never_evict: bool | None = None,
+        wait: SlotWait | None = None,
     ) -> LoadOutcome:
         """Bring ``spec`` to ``target_tier`` (WARM or HOT), pinning it when asked.
 
-        ``make_room`` (request path only): when every HOT registration is taken, demote
-        the least recently used idle unpinned version (never-evict ones only when nothing
-        else can go) instead of failing with :class:`NoCapacity`. ``never_evict`` sets the version's
-        protection (``None`` keeps what it has): a cache command sets it afresh, the
-        request path only ever raises it. Idempotent: loading what is already there
-        reports it.
+        ``make_room`` (request path only): when every HOT slot is taken, demote the victim
+        :func:`~loraplane.policy.victims.hot_victim` picks (idle, unpinned, unprotected
+        first; never a busy one) instead of failing with :class:`NoCapacity`. ``wait``
+        (request path only): with no victim, queue for a slot until ``wait.deadline``
+        (then :class:`NoSlot`; a full queue: :class:`SlotQueueFull`). ``never_evict`` sets
+        the version's protection (``None`` keeps what it has): a cache command sets it
+        afresh, the request path only ever raises it. Idempotent: loading what is already
+        there reports it.
         """
         if target_tier not in (TIER_WARM, TIER_HOT):
             raise ValueError(f"target tier {target_tier} is neither WARM nor HOT")
@@ -266,13 +332,14 @@ class AdapterManager:
         try:
             async with self._lock(spec.engine_id):
                 outcome = await self._load_locked(spec, target_tier, pin, make_room,
-                                                  never_evict)
+                                                  never_evict, wait)
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
                 self.record_failure(spec, exc)
             raise
         finally:
             self.refresh_gauges()
+            self._room_changed()  # a protection may have been lifted, a lock released
         if outcome.changed:
             labels = self.labels(spec)
             src, dst = TIER_NAMES[outcome.source_tier], TIER_NAMES[outcome.tier]
@@ -286,7 +353,7 @@ class AdapterManager:
 
     async def _load_locked(
         self, spec: ArtifactSpec, target_tier: Tier, pin: bool, make_room: bool,
-        never_evict: bool | None,
+        never_evict: bool | None, wait: SlotWait | None,
     ) -> LoadOutcome:
         started = time.perf_counter()
         p = self.placements.get(spec.engine_id)
@@ -300,7 +367,7 @@ class AdapterManager:
         fetch: FetchTiming | None = None
         if p is None:
             entry, fetch = await self.host.fetch(spec)
-            p = Placement(spec=spec, host=entry, loaded_at=self.clock())
+            p = Placement(spec=spec, host=entry, loaded_at=self.clock(), stats=self._new_stats())
             self.placements[spec.engine_id] = p
         if never_evict is not None:
             p.never_evict = never_evict
@@ -315,17 +382,7 @@ class AdapterManager:
                     self.metrics.host_dropped.inc()
                     raise
                 verify_s = time.perf_counter() - t0
-            full = self.hot_count() >= self.hot_capacity
-            if full and not (make_room and await self._demote_lru(exclude=spec.engine_id)):
-                raise NoCapacity(
-                    f"{self.hot_count()} versions HOT = capacity {self.hot_capacity}; "
-                    f"evict one before loading {spec.name}"
-                )
-            t1 = time.perf_counter()
-            await self.engine.register(p.engine_adapter())
-            register_s = time.perf_counter() - t1
-            p.hot = True
-            p.loaded_at = self.clock()
+            register_s = await self._make_hot(p, make_room, wait)
         if pin and p.hot and not p.pinned:
             await self.engine.pin(spec.engine_id)
             p.pinned = True
@@ -338,35 +395,148 @@ class AdapterManager:
             verify_s=verify_s,
         )
 
-    async def _demote_lru(self, exclude: int) -> bool:
-        """Demote the least recently used idle, unpinned HOT version, never-evict ones last
-        (a worker full of them must still serve: the version stays WARM, which is what the
-        policy guarantees beyond its pinned share); False if none."""
-        epoch = datetime.min.replace(tzinfo=UTC)
-        candidates = sorted(
-            (
-                p for eid, p in self.placements.items()
-                if eid != exclude and p.hot and not p.pinned
-                and p.in_flight == 0 and not p.draining and not self._lock(eid).locked()
-            ),
-            key=lambda p: (p.never_evict, p.last_used_at or p.loaded_at or epoch),
+    # ------------------------------------------------------------------ HOT slots
+
+    def _room_changed(self) -> None:
+        """Wake every waiter for a HOT slot; they retry in queue order (the room lock is
+        FIFO), the first that finds room takes it, the others wait again in place."""
+        for ticket in self.slot_queue:
+            fut = ticket.payload
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    def _set_queue_gauges(self) -> None:
+        counts = {"interactive": 0, "canary": 0, "background": 0}
+        names = {0: "interactive", 1: "canary", 2: "background"}
+        for ticket in self.slot_queue:
+            counts[names[ticket.rank]] += 1
+        for name, n in counts.items():
+            self.metrics.slot_queue_depth.labels(self.base_model, name).set(n)
+
+    def hot_members(self, exclude: int = 0) -> list[HotMember]:
+        """The HOT versions as :func:`~loraplane.policy.victims.hot_victim` sees them."""
+        members = []
+        for eid, q in self.placements.items():
+            if not q.hot or eid == exclude:
+                continue
+            busy = (q.in_flight > 0 or self._claims.get(eid, 0) > 0 or q.draining
+                    or self._lock(eid).locked())
+            meta = VersionMeta(
+                version_id=str(eid), tenant_id=q.spec.tenant_id, base_model=q.spec.base_model,
+                # the worker does not know priorities: one value for all keeps the order
+                # the rate gives; protection arrives as the never-evict flag
+                priority=Priority.BRONZE, size_bytes=q.spec.size_bytes or q.host.size_bytes,
+                rank=q.host.rank or 16,
+            )
+            members.append(HotMember(
+                meta, q.stats.view(), (q.last_used_at or q.loaded_at).timestamp(),
+                pinned=q.pinned, busy=busy, protected=q.never_evict,
+            ))
+        return members
+
+    def choose_victim(self, exclude: int = 0) -> VictimChoice:
+        """The version the request path would demote now (see :mod:`loraplane.policy.victims`)."""
+        return hot_victim(self.hot_members(exclude), self.clock().timestamp(), self.policy,
+                          self.bandwidths)
+
+    async def _make_hot(self, p: Placement, make_room: bool, wait: SlotWait | None) -> float:
+        """Register ``p`` (its version lock held) once a HOT slot is free or made free.
+
+        Returns the registration time. Without ``make_room`` / ``wait`` a full worker
+        raises :class:`NoCapacity` at once (commands: the cache manager evicts first).
+        """
+        spec = p.spec
+        ticket: Ticket[asyncio.Future[None] | None] | None = None
+        waited_from = self.monotonic()
+        klass = wait.request_class if wait is not None else 0
+        klass_name = POLICY_CLASSES.get(klass, RequestClass.BACKGROUND).value
+        done = False
+        try:
+            while True:
+                why = ""
+                evicted: EvictOutcome | None = None
+                register_s: float | None = None
+                if not (ticket is None and wait is not None
+                        and self.slot_queue.ahead_of(klass) > 0):
+                    async with self._room:
+                        full = self.hot_count() >= self.hot_capacity
+                        if full and make_room:
+                            choice = self.choose_victim(exclude=spec.engine_id)
+                            why = choice.why_none
+                            if choice.victim is not None:
+                                evicted = await self._demote_victim(int(choice.victim), choice)
+                                full = False
+                        if not full:
+                            t1 = time.perf_counter()
+                            await self.engine.register(p.engine_adapter())
+                            register_s = time.perf_counter() - t1
+                            p.hot = True
+                            p.loaded_at = self.clock()
+                            p.stats.record_load()
+                if evicted is not None:
+                    self._count_eviction(evicted)
+                    if self.on_event is not None:
+                        await self.on_event(evicted)
+                if register_s is not None:
+                    done = True
+                    if ticket is not None:
+                        self.metrics.slot_waits.labels(self.base_model, klass_name,
+                                                       "served").inc()
+                        self.metrics.slot_wait_seconds.labels(self.base_model, klass_name).observe(
+                            self.monotonic() - waited_from)
+                    return register_s
+                cause = (f"{self.hot_count()} versions HOT = capacity {self.hot_capacity}"
+                         + (f" ({why})" if why else ""))
+                if wait is None:
+                    raise NoCapacity(f"{cause}; evict one before loading {spec.name}")
+                now = self.monotonic()
+                if wait.deadline is not None and now >= wait.deadline:
+                    raise self._no_slot(spec, cause, waited_from, klass_name)
+                if ticket is None:
+                    try:
+                        ticket = self.slot_queue.push(klass, now, wait.deadline or math.inf, None)
+                    except QueueFull as exc:
+                        self.metrics.slot_waits.labels(self.base_model, klass_name,
+                                                       "queue_full").inc()
+                        raise SlotQueueFull(f"no HOT slot for {spec.name}: {exc}; {cause}",
+                                            retry_after_s=self.slot_retry_after_s) from None
+                    self._slot_waiting.add(spec.engine_id)
+                    self._set_queue_gauges()
+                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                ticket.payload = fut
+                timeout = None if wait.deadline is None else max(0.0, wait.deadline - now)
+                try:
+                    await asyncio.wait_for(fut, timeout)
+                except TimeoutError:
+                    raise self._no_slot(spec, cause, waited_from, klass_name) from None
+        finally:
+            if ticket is not None:
+                self.slot_queue.remove(ticket)
+                self._slot_waiting.discard(spec.engine_id)
+                self._set_queue_gauges()
+            if done or ticket is not None:
+                self._room_changed()  # more room may be left; a woken waiter may have left
+
+    def _no_slot(self, spec: ArtifactSpec, cause: str, waited_from: float,
+                 klass_name: str) -> NoSlot:
+        self.metrics.slot_waits.labels(self.base_model, klass_name, "budget").inc()
+        waited = self.monotonic() - waited_from
+        return NoSlot(
+            f"no HOT slot for {spec.name} within its budget (waited {waited:.2f}s, "
+            f"{len(self.slot_queue)} waiting): {cause}",
+            retry_after_s=self.slot_retry_after_s,
         )
-        protected_at_sort = {id(p): p.never_evict for p in candidates}
-        for victim in candidates:
-            async with self._lock(victim.spec.engine_id):
-                if not victim.hot or victim.pinned or victim.in_flight or victim.draining:
-                    continue
-                if victim.never_evict and not protected_at_sort[id(victim)]:
-                    continue  # protected meanwhile: it now belongs at the end of the order
-                await self.engine.unregister(victim.spec.engine_id)
-                victim.hot = False
-            outcome = EvictOutcome(victim.spec, victim.spec.engine_id, TIER_HOT, TIER_WARM,
-                                   "worker_lru_protected" if victim.never_evict else "worker_lru")
-            self._count_eviction(outcome)
-            if self.on_event is not None:
-                await self.on_event(outcome)
-            return True
-        return False
+
+    async def _demote_victim(self, engine_id: int, choice: VictimChoice) -> EvictOutcome:
+        """Unregister the chosen victim (room lock held; its version lock is free: it was
+        checked by :meth:`hot_members` with no await since, so taking it does not wait)."""
+        victim = self.placements[engine_id]
+        async with self._lock(engine_id):
+            await self.engine.unregister(engine_id)
+            victim.hot = False
+        reason = choice.reason.value if choice.reason is not None else "capacity"
+        return EvictOutcome(victim.spec, engine_id, TIER_HOT, TIER_WARM,
+                            f"{ON_DEMAND_REASON}{reason}")
 
     # ------------------------------------------------------------------ evict
 
@@ -397,6 +567,7 @@ class AdapterManager:
             raise
         finally:
             self.refresh_gauges()
+            self._room_changed()
         if outcome.from_tier != outcome.to_tier:
             self._count_eviction(outcome)
         return outcome
@@ -455,13 +626,15 @@ class AdapterManager:
                 await self.engine.unpin(p.engine_adapter())
                 p.pinned = False
         self.refresh_gauges()
+        self._room_changed()
         return p
 
     # ------------------------------------------------------------------ requests
 
-    async def _load_and_report(self, spec: ArtifactSpec, never_evict: bool) -> LoadOutcome:
+    async def _load_and_report(self, spec: ArtifactSpec, never_evict: bool,
+                               wait: SlotWait) -> LoadOutcome:
         outcome = await self.load(spec, TIER_HOT, make_room=True,
-                                  never_evict=True if never_evict else None)
+                                  never_evict=True if never_evict else None, wait=wait)
         if outcome.changed and self.on_event is not None:
             await self.on_event(outcome)
         return outcome
@@ -474,53 +647,99 @@ class AdapterManager:
         allow_cold: bool,
         cold_timeout_s: float | None = None,
         never_evict: bool = False,
+        request_class: int = common_pb2.REQUEST_CLASS_UNSPECIFIED,
+        wait_s: float | None = None,
     ) -> AsyncIterator[Lease]:
         """Hold a version for one request: promote it to HOT if needed, count it in flight.
 
         ``spec`` None serves the base model through the zero adapter. A COLD version is
-        loaded only when ``allow_cold`` (within ``cold_timeout_s``; the load itself goes
-        on after a timeout, so the next request finds it); otherwise :class:`AdapterCold`.
-        ``never_evict`` (the gateway says the version is an active canary) makes a version
-        this request loads the worker's own demotion's last choice.
+        loaded only when ``allow_cold`` (within ``cold_timeout_s``; the fetch itself goes
+        on after a timeout, so the next request finds it WARM); otherwise
+        :class:`AdapterCold`. A full worker makes room (:meth:`choose_victim`) or queues
+        the request for a slot (``request_class`` orders the queue) for at most
+        ``cold_timeout_s`` (else ``wait_s``, else until the caller gives up), then
+        :class:`NoSlot`. From its start to its end the request *claims* the version: a
+        claimed version is never a victim, so a version loaded for a waiting request
+        stays until that request has run. ``never_evict`` (the gateway says the version
+        is an active canary) protects a version this request loads.
         """
         if spec is None:
             yield Lease(self.zero_adapter, TIER_HOT, None)
             return
         self._check_base_model(spec)
-        p = self.placements.get(spec.engine_id)
+        eid = spec.engine_id
+        p = self.placements.get(eid)
         arrival = p.tier if p is not None else TIER_COLD
-        for attempt in range(4):
-            p = self.placements.get(spec.engine_id)
-            if p is not None and p.draining:
-                raise Draining(f"{spec.name} is being evicted from this worker")
-            if p is not None and p.hot:
-                break
-            if attempt == 3:
-                raise Draining(f"{spec.name} was evicted while loading")
-            if p is None and not allow_cold:
-                raise AdapterCold(f"{spec.name} is not on this worker")
-            task = asyncio.ensure_future(self._load_and_report(spec, never_evict))
-            task.add_done_callback(_retrieve)  # a timed-out waiter must not lose its error
-            if cold_timeout_s is None or p is not None:
+        budget_s = cold_timeout_s if cold_timeout_s is not None else wait_s
+        wait = SlotWait(request_class,
+                        None if budget_s is None else self.monotonic() + max(0.0, budget_s))
+        self._claims[eid] += 1
+        leased = False
+        try:
+            for attempt in range(4):
+                p = self.placements.get(eid)
+                if p is not None and p.draining:
+                    raise Draining(f"{spec.name} is being evicted from this worker")
+                if p is not None and p.hot:
+                    break
+                if attempt == 3:
+                    raise Draining(f"{spec.name} was evicted while loading")
+                if p is None and not allow_cold:
+                    raise AdapterCold(f"{spec.name} is not on this worker")
+                task = asyncio.ensure_future(self._load_and_report(spec, never_evict, wait))
+                task.add_done_callback(_retrieve)  # a timed-out waiter must not lose its error
+                await self._await_load(spec, task, cold_timeout_s if p is None else None, wait)
+            assert p is not None
+            if p.spec.sha256 != spec.sha256:
+                raise DigestMismatch(f"{spec.name}: held with another sha256")
+            p.in_flight += 1
+            leased = True
+            p.idle.clear()
+            now = self.clock()
+            p.last_used_at = now
+            p.stats.record_request(now.timestamp(), POLICY_CLASSES.get(
+                request_class, RequestClass.INTERACTIVE))
+            p.stats.start_request()
+            failed = True
+            try:
+                yield Lease(p.engine_adapter(), arrival, p.spec)
+                failed = False
+            except (asyncio.CancelledError, GeneratorExit):
+                failed = False
+                raise
+            finally:
+                p.stats.finish_request(error=failed)
+        finally:
+            self._claims[eid] -= 1
+            if self._claims[eid] <= 0:
+                del self._claims[eid]
+            if leased and p is not None:
+                p.in_flight -= 1
+                if p.in_flight <= 0:
+                    p.in_flight = 0
+                    p.idle.set()
+            self._room_changed()
+
+    async def _await_load(self, spec: ArtifactSpec, task: asyncio.Future[LoadOutcome],
+                          cold_timeout_s: float | None, wait: SlotWait) -> None:
+        """Wait for a request's load. A COLD one is bounded by ``cold_timeout_s`` while it
+        fetches (the fetch goes on for the next request); once it waits for a HOT slot its
+        own deadline (the same budget) ends it with :class:`NoSlot`. A cancelled request
+        takes its load out of the slot queue."""
+        try:
+            if cold_timeout_s is None:
                 await asyncio.shield(task)
-            else:
-                try:
-                    await asyncio.wait_for(asyncio.shield(task), cold_timeout_s)
-                except TimeoutError:
+                return
+            try:
+                await asyncio.wait_for(asyncio.shield(task), cold_timeout_s)
+            except TimeoutError:
+                if spec.engine_id not in self._slot_waiting:
                     raise AdapterCold(
                         f"{spec.name} is loading; not HOT within {cold_timeout_s:.3f}s",
                         retry_after_s=1.0,
                     ) from None
-        assert p is not None
-        if p.spec.sha256 != spec.sha256:
-            raise DigestMismatch(f"{spec.name}: held with another sha256")
-        p.in_flight += 1
-        p.idle.clear()
-        p.last_used_at = self.clock()
-        try:
-            yield Lease(p.engine_adapter(), arrival, p.spec)
-        finally:
-            p.in_flight -= 1
-            if p.in_flight <= 0:
-                p.in_flight = 0
-                p.idle.set()
+                await asyncio.shield(task)  # ends by the slot deadline: served or NoSlot
+        except asyncio.CancelledError:
+            if not task.done() and spec.engine_id in self._slot_waiting:
+                task.cancel()
+            raise

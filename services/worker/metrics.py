@@ -67,6 +67,26 @@ class WorkerMetrics(_PerRegistry):
             list(ADAPTER_LABELS),
             registry=registry,
         )
+        self.slot_queue_depth = Gauge(
+            "loraplane_worker_slot_queue_depth",
+            "Requests waiting for a HOT slot now, by request class.",
+            ["base_model", "request_class"],
+            registry=registry,
+        )
+        self.slot_waits = Counter(
+            "loraplane_worker_slot_waits_total",
+            "Requests that waited for a HOT slot, by outcome (served: got one; "
+            "budget: budget spent; queue_full: refused).",
+            ["base_model", "request_class", "outcome"],
+            registry=registry,
+        )
+        self.slot_wait_seconds = Histogram(
+            "loraplane_worker_slot_wait_seconds",
+            "Time requests waited for a HOT slot (those that waited).",
+            ["base_model", "request_class"],
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 60.0),
+            registry=registry,
+        )
         self.ttft = Histogram(
             "loraplane_worker_ttft_seconds",
             "Time to first token, from request arrival at the worker.",

@@ -6,7 +6,10 @@
   refused here with FAILED_PRECONDITION, before the engine sees it);
 * the version is held for the whole stream (:meth:`AdapterManager.use`): promoted from
   WARM, or loaded from COLD when the request may wait (``cold_budget_ms`` > 0 or a
-  background / canary request with an ``artifact_uri``), else UNAVAILABLE;
+  background / canary request with an ``artifact_uri``), else UNAVAILABLE; on a full
+  worker room is made (the policy's victim) or the request queues for a HOT slot within
+  ``cold_budget_ms`` (what is left of its class budget; without one, until ``deadline``),
+  then RESOURCE_EXHAUSTED with a retry hint;
 * the first message carries ``resolved`` (version, tier at arrival, worker), the last
   ``finished``, ``finish_reason`` and ``usage``;
 * the request's ``deadline`` bounds the time to the first token; the gRPC deadline and
@@ -161,7 +164,8 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
             first_token_timeout = self._first_token_timeout(request)
             async with self.manager.use(
                 spec, allow_cold=allow_cold, cold_timeout_s=cold_timeout,
-                never_evict=request.never_evict,
+                never_evict=request.never_evict, request_class=request.request_class,
+                wait_s=first_token_timeout,
             ) as lease:
                 tier = lease.tier_at_arrival
                 engine_request = EngineRequest(

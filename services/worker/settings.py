@@ -90,6 +90,16 @@ class WorkerSettings(CommonSettings):
     worker_max_concurrent_commands: int = Field(default=8, gt=0)
     """Commands executed at once (different versions; one version's commands run in order)."""
 
+    worker_slot_queue_depth: int = Field(default=64, gt=0)
+    """Requests that may wait at once for a HOT slot (interactive, then canary, then
+    background; FIFO within a class); one more is refused with RESOURCE_EXHAUSTED."""
+    worker_slot_retry_after_s: float = Field(default=1.0, gt=0)
+    """Retry hint given with a refusal for want of a HOT slot."""
+    worker_policy_file: Path | None = None
+    """Cache policy configuration (the cache manager's ``policy.yaml``) whose heat score,
+    protections and demotion predicates rank the request path's HOT victims (default:
+    ``config/policy.yaml`` when present, else the built-in defaults)."""
+
     @model_validator(mode="after")
     def _cross_checks(self) -> WorkerSettings:
         if self.worker_max_cpu_loras < self.worker_max_loras:

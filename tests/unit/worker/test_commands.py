@@ -205,7 +205,7 @@ async def test_hot_capacity_command_vs_request_path(rig: Rig, make_adapter: Make
         assert lease.tier_at_arrival == WARM
     assert rig.manager.placements[specs[-1].engine_id].tier == HOT
     demoted = [e for e in rig.events if isinstance(e, EvictOutcome)]
-    assert [(d.engine_id, d.reason) for d in demoted] == [(specs[0].engine_id, "worker_lru")]
+    assert [(d.engine_id, d.reason) for d in demoted] == [(specs[0].engine_id, "on_demand_idle")]
     loaded = [e for e in rig.events if isinstance(e, LoadOutcome)]
     assert [(x.spec.engine_id, x.source_tier, x.tier) for x in loaded] == [
         (specs[-1].engine_id, WARM, HOT)]
@@ -265,7 +265,7 @@ async def test_a_worker_full_of_protected_versions_still_serves(
     async with rig.manager.use(specs[-1], allow_cold=True) as lease:
         assert lease.tier_at_arrival == COLD
     demoted = [(e.engine_id, e.reason) for e in rig.events if isinstance(e, EvictOutcome)]
-    assert demoted == [(specs[0].engine_id, "worker_lru_protected")]
+    assert demoted == [(specs[0].engine_id, "on_demand_protection_overflow")]
     assert rig.manager.placements[specs[0].engine_id].tier == WARM
     assert rig.manager.placements[specs[1].engine_id].tier == HOT
     assert rig.model.violations == []

@@ -1,0 +1,55 @@
+"""The slot queue's order, bound and bookkeeping (pure, clock passed in)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loraplane.v1 import common_pb2
+from loraplane.worker.slot_queue import QueueFull, SlotQueue
+
+I = common_pb2.REQUEST_CLASS_INTERACTIVE
+C = common_pb2.REQUEST_CLASS_CANARY
+B = common_pb2.REQUEST_CLASS_BACKGROUND
+U = common_pb2.REQUEST_CLASS_UNSPECIFIED
+
+
+def test_interactive_before_canary_before_background_fifo_within() -> None:
+    q: SlotQueue[str] = SlotQueue(10)
+    for t, (klass, name) in enumerate([(B, "b1"), (C, "c1"), (B, "b2"), (I, "i1"), (U, "u1"),
+                                       (C, "c2"), (I, "i2")]):
+        q.push(klass, now=float(t), deadline=t + 30.0, payload=name)
+    assert [t.payload for t in q] == ["i1", "u1", "i2", "c1", "c2", "b1", "b2"]
+
+
+def test_a_newcomer_queues_behind_its_class_and_the_classes_before_it() -> None:
+    q: SlotQueue[str] = SlotQueue(10)
+    assert q.ahead_of(B) == 0 and q.ahead_of(I) == 0  # empty: straight to the slot decision
+    q.push(B, 0.0, 30.0, "b1")
+    q.push(C, 1.0, 31.0, "c1")
+    assert q.ahead_of(I) == 0  # an interactive request may try at once
+    assert q.ahead_of(C) == 1  # behind c1
+    assert q.ahead_of(B) == 2  # behind c1 and b1
+
+
+def test_bounded_and_removal_frees_room() -> None:
+    q: SlotQueue[str] = SlotQueue(2)
+    a = q.push(B, 0.0, 1.0, "a")
+    q.push(I, 0.5, 1.5, "b")
+    with pytest.raises(QueueFull, match="2 requests already wait"):
+        q.push(I, 1.0, 2.0, "c")
+    assert q.position(a) == 1
+    q.remove(a)
+    q.remove(a)  # idempotent
+    assert len(q) == 1 and q.position(a) == -1
+    c = q.push(B, 1.0, 2.0, "c")
+    assert [t.payload for t in q] == ["b", "c"] and (c.enqueued_at, c.deadline) == (1.0, 2.0)
+
+
+def test_unknown_classes_rank_as_background_and_depth_must_be_positive() -> None:
+    q: SlotQueue[str] = SlotQueue(3)
+    q.push(99, 0.0, 1.0, "odd")
+    q.push(B, 0.1, 1.0, "b")
+    q.push(C, 0.2, 1.0, "c")
+    assert [t.payload for t in q] == ["c", "odd", "b"]
+    with pytest.raises(ValueError):
+        SlotQueue(0)
