@@ -124,6 +124,8 @@ class HeatEmitter:
         """Completions dropped because too many were pending."""
         self.published = 0
         """Completions published."""
+        self.recorded = 0
+        """Completions recorded."""
 
     @property
     def pending(self) -> int:
@@ -131,7 +133,14 @@ class HeatEmitter:
         return self._count
 
     def record(self, completion: Completion) -> None:
-        """Remember a completion (O(1); drops and counts when too many are pending)."""
+        """Remember a completion (O(1); drops and counts when too many are pending).
+
+        Every completion recorded ends published or dropped: ``recorded == published +
+        dropped + pending`` at all times."""
+        self.recorded += 1
+        self._keep(completion)
+
+    def _keep(self, completion: Completion) -> None:
         if self._count >= self._max_pending:
             self.dropped += 1
             return
@@ -183,7 +192,7 @@ class HeatEmitter:
                 except Exception as exc:  # noqa: BLE001 - retried on the next flush
                     error = exc
                     for c in chunk:
-                        self.record(c)
+                        self._keep(c)
                     continue
                 sent += len(chunk)
         self.published += sent

@@ -108,3 +108,18 @@ async def test_prewarm_publish_failure_keeps_the_queue() -> None:
         pass
     assert pre.pending == 1
     assert await pre.flush() == 1
+
+
+async def test_every_recorded_completion_ends_published_or_dropped() -> None:
+    rec = Recorder(fail=3)  # the broker is away for three flushes
+    heat = HeatEmitter(rec, producer="gateway/t", source_id="g", max_pending=4)
+    for i in range(6):
+        heat.record(completion("support", i))
+    for _ in range(3):
+        try:
+            await heat.flush()
+        except ConnectionError:
+            pass
+        assert heat.recorded == heat.published + heat.dropped + heat.pending
+    assert await heat.flush() == 4
+    assert (heat.recorded, heat.published, heat.dropped, heat.pending) == (6, 4, 2, 0)

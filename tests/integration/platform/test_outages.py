@@ -1,0 +1,401 @@
+"""Outages of the broker, PostgreSQL and the object store under steady HOT load.
+
+Real parts: the session's Tansu, PostgreSQL and SeaweedFS are killed (SIGKILL) and
+started again mid-test; registry, admission, a worker on the real vLLM engine and the
+gateway run in this process. The gateway's staleness window is 5 s, so the broker
+outage of 15 s is 3 × that window: before the gateway took liveness from its own gRPC
+probes, it un-routed every worker after 5 s of silent ``cache.state``.
+
+Each case: HOT requests keep being answered by the adapter (zero refused, none
+degraded); what cannot happen without the component fails fast and names it; after
+the restart it works again without restarting any service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+from typer.testing import CliRunner
+
+from loraplane.admission.app import AdmissionApp
+from loraplane.admission.settings import AdmissionSettings
+from loraplane.cli.main import app as cli_app
+from loraplane.devkit.builder import DemoManifest, build_demo
+from loraplane.gateway.app import GatewayApp
+from loraplane.gateway.placement import ANSWERING
+from loraplane.gateway.settings import GatewaySettings
+from loraplane.registry.app import RegistryApp
+from loraplane.registry.testing import TOKEN, registry_settings
+from loraplane.shared.errors import LoraplaneError
+from loraplane.shared.migrations import migrate_up
+from loraplane.stack.stack import Stack
+from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from loraplane.worker.app import WorkerApp
+from loraplane.worker.settings import WorkerSettings
+from loraplane.worker.vllm_engine import VllmEngine
+
+pytestmark = pytest.mark.engine
+
+STALE_S = 5.0
+"""The gateway's ``worker_stale_after_s`` in this test."""
+BACKGROUND = common_pb2.REQUEST_CLASS_BACKGROUND
+TENANT = "outage-acme"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Platform:
+    stack: Stack
+    demo: DemoManifest
+    gateway: GatewayApp
+    worker: WorkerApp
+    cli_env: dict[str, str]
+    workdir: Path
+    key: str = ""
+    released: list[str] = field(default_factory=list)
+
+    def adapter_dir(self, name: str, version: str) -> Path:
+        src = next(a for a in self.demo.adapters if (a.name, a.version) == (name, version))
+        dst = self.workdir / "adapters" / f"{name}-{uuid.uuid4().hex[:6]}"
+        shutil.copytree(src.dir, dst)
+        return dst
+
+    async def cli(self, *args: str, ok: bool = True) -> Any:
+        runner = CliRunner()
+        result = await asyncio.to_thread(runner.invoke, cli_app, list(args), env=self.cli_env)
+        if ok:
+            assert result.exit_code == 0, (args, result.stdout, result.stderr)
+        return result
+
+    async def release(self, version: str, *, ok: bool = True, wait_s: int = 120) -> Any:
+        """Release a new version of ``support`` (the demo's support weights, new version)."""
+        return await self.cli(
+            "release", str(self.adapter_dir("support", self.demo_version)), "--tenant", TENANT,
+            "--name", "support", "--version", version,
+            "--base-model", self.demo.base_model.name,
+            "--signing-key", str(self.demo.keys.private_key), "--wait", str(wait_s), "--json",
+            ok=ok,
+        )
+
+    @property
+    def demo_version(self) -> str:
+        return next(a.version for a in self.demo.adapters if a.name == "support")
+
+
+@pytest.fixture(scope="module")
+async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
+                   ) -> AsyncIterator[Platform]:
+    unique = uuid.uuid4().hex[:8]
+    work = tmp_path_factory.mktemp("outages")
+    demo = build_demo()
+    s = stack.settings
+    admin = await asyncpg.connect(s.postgres_dsn)
+    db = f"outage_{unique}"
+    await admin.execute(f'CREATE DATABASE "{db}"')
+    await admin.close()
+    dsn = s.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
+    await asyncio.to_thread(migrate_up, dsn)
+    registry = RegistryApp(registry_settings(stack, postgres_dsn=dsn, instance_id=f"reg-{unique}"),
+                           registry=CollectorRegistry(), serve_metrics=False)
+    await registry.start()
+    keys = work / "platform-keys"
+    keys.mkdir()
+    shutil.copyfile(demo.keys.public_key, keys / "dev-signing.pub")
+    admission = AdmissionApp(
+        AdmissionSettings(
+            postgres_dsn=dsn, kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
+            s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
+            artifact_bucket=s.artifact_bucket, admission_metrics_port=0,
+            admission_consumer_group=f"admission-outage-{unique}",
+            admission_platform_keys_dir=keys, admission_tenant_keys_dir=work / "tenant-keys",
+            admission_quarantine_dir=work / "quarantine", admission_probe_interval_s=1.0,
+            instance_id=f"adm-{unique}",
+        ),
+        registry=CollectorRegistry(), serve_metrics=False,
+    )
+    await admission.start()
+    wsettings = WorkerSettings(
+        worker_id=f"w-outage-{unique}", worker_grpc_port=0, worker_metrics_port=0,
+        kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
+        s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
+        artifact_bucket=s.artifact_bucket, base_model=demo.base_model.name,
+        base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
+        tokenizer_revision=demo.base_model.tokenizer_revision,
+        worker_host_dir=work / "worker-host", worker_max_loras=2, worker_max_cpu_loras=4,
+        worker_max_lora_rank=16, worker_state_interval_s=1.0, worker_heat_flush_s=0.5,
+    )
+    engine = await VllmEngine.start(demo.base_model.dir, wsettings.engine_options())
+    worker = WorkerApp(wsettings, engine, registry=CollectorRegistry())
+    await worker.start()
+    gateway = GatewayApp(
+        GatewaySettings(
+            kafka_bootstrap=s.kafka_bootstrap, grpc_port=_free_port(), http_port=0,
+            metrics_port=0, registry_addr=registry.address, registry_token=TOKEN,
+            cache_manager_addr=f"127.0.0.1:{_free_port()}",
+            default_base_model=demo.base_model.name, heat_flush_interval_s=0.5,
+            worker_stale_after_s=STALE_S, worker_probe_interval_s=0.5,
+            instance_id=f"gw-outage-{unique}",
+        ),
+        registry=CollectorRegistry(), serve_metrics=False,
+    )
+    await gateway.start()
+    await gateway.wait_ready(60)
+    cli_env = {
+        "LORAPLANE_REGISTRY_ADDR": registry.address,
+        "LORAPLANE_REGISTRY_OPERATOR_TOKEN": TOKEN,
+        "LORAPLANE_REGISTRY_ACTOR": "ci/outages",
+        "LORAPLANE_S3_ENDPOINT": s.s3_endpoint,
+        "LORAPLANE_S3_ACCESS_KEY": s.s3_access_key,
+        "LORAPLANE_S3_SECRET_KEY": s.s3_secret_key,
+        "LORAPLANE_ARTIFACT_BUCKET": s.artifact_bucket,
+    }
+    p = Platform(stack, demo, gateway, worker, cli_env, work)
+    try:
+        await p.cli("tenants", "create", TENANT, "--priority", "gold")
+        p.key = json.loads((await p.cli("keys", "create", TENANT, "--json")).stdout)["secret"]
+        await p.release("2026-11-01.1")
+        await p.cli("promote", f"{TENANT}/support", "2026-11-01.1", "--reason", "outage test")
+        g = gateway.gateway
+
+        async def promoted() -> bool:
+            try:
+                return bool(g.catalog.lookup(TENANT, "support").release.stable == "2026-11-01.1"
+                            and TENANT in g.auth.tenants
+                            and g.placement.routable(demo.base_model.name))
+            except LoraplaneError:
+                return False
+
+        await eventually(promoted, timeout_s=60)
+        yield p
+    finally:
+        for comp in (stack.seaweedfs, stack.tansu, stack.postgres):
+            comp.start()  # a failed case must not leave the session's stack down
+        await gateway.stop(1)
+        await worker.stop()
+        await engine.close()
+        del engine
+        gc.collect()
+        await admission.stop()
+        await registry.stop()
+        admin = await asyncpg.connect(s.postgres_dsn)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        await admin.close()
+
+
+async def eventually(check: Any, *, timeout_s: float = 30.0, every_s: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(every_s)
+    raise AssertionError(f"not met within {timeout_s}s; last: {last!r}")
+
+
+@dataclass
+class Load:
+    """Steady interactive load on the HOT adapter: every outcome, by kind."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    versions: Counter[str] = field(default_factory=Counter)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def total(self) -> int:
+        return sum(self.outcomes.values())
+
+
+async def _client(stub: inference_pb2_grpc.InferenceStub, key: str, load: Load) -> None:
+    req = inference_pb2.GenerateRequest(adapter="support", prompt="Hello, how are you?",
+                                        max_tokens=2)
+    md = (("authorization", f"Bearer {key}"),)
+    while not load.stop.is_set():
+        try:
+            msgs = [m async for m in stub.Generate(req, metadata=md, timeout=30)]
+        except grpc.aio.AioRpcError as err:
+            load.outcomes[err.code().name] += 1
+            load.errors.append(f"{err.code().name}: {err.details()}")
+            await asyncio.sleep(0.05)
+            continue
+        r = msgs[0].resolved
+        if r.degraded_to_base:
+            load.outcomes["degraded"] += 1
+        elif r.tier_at_arrival != common_pb2.TIER_HOT:
+            load.outcomes["not_hot"] += 1
+        else:
+            load.outcomes["ok"] += 1
+        load.versions[r.adapter.version] += 1
+
+
+@contextlib.asynccontextmanager
+async def steady_load(p: Platform, clients: int = 3) -> AsyncIterator[Load]:
+    load = Load()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
+        stub = inference_pb2_grpc.InferenceStub(ch)
+        tasks = [asyncio.create_task(_client(stub, p.key, load)) for _ in range(clients)]
+        try:
+            yield load
+        finally:
+            load.stop.set()
+            await asyncio.gather(*tasks)
+
+
+async def _make_hot(p: Platform) -> None:
+    """One background request loads the stable version; then it is HOT on the worker."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
+        stub = inference_pb2_grpc.InferenceStub(ch)
+        req = inference_pb2.GenerateRequest(adapter="support", prompt="Hi", max_tokens=1,
+                                            request_class=BACKGROUND)
+        msgs = [m async for m in stub.Generate(
+            req, metadata=(("authorization", f"Bearer {p.key}"),), timeout=120)]
+        assert not msgs[0].resolved.degraded_to_base
+    g = p.gateway.gateway
+    info = g.catalog.lookup(TENANT, "support")
+    engine_id = info.versions[info.release.stable].engine_id
+
+    async def hot() -> bool:
+        return g.placement.tier(p.worker.settings.worker_id, engine_id) == common_pb2.TIER_HOT
+
+    await eventually(hot)
+
+
+def _assert_all_hot(load: Load, what: str) -> None:
+    assert load.total > 0, what
+    assert set(load.outcomes) == {"ok"}, (what, load.outcomes, load.errors[:5])
+
+
+async def test_broker_outage_of_three_staleness_windows_refuses_nothing(
+    platform: Platform,
+) -> None:
+    p = platform
+    g = p.gateway.gateway
+    wid = p.worker.settings.worker_id
+    await _make_hot(p)
+    async with steady_load(p) as load:
+        await asyncio.sleep(2)
+        before = load.total
+        heat_before = g.heat.recorded
+        p.stack.tansu.kill()
+        killed = time.monotonic()
+        try:
+            while time.monotonic() - killed < 3 * STALE_S:
+                await asyncio.sleep(0.5)
+                w = g.placement.worker(wid)
+                assert w is not None and g.placement.liveness(w) == ANSWERING
+                assert g.placement.routable(p.demo.base_model.name), "worker un-routed"
+            during = load.total - before
+            # the worker's cache.state reports have been silent for longer than the window
+            w = g.placement.worker(wid)
+            assert w is not None and time.time() - w.last_seen > STALE_S
+        finally:
+            p.stack.tansu.start()
+        await asyncio.sleep(2)
+    _assert_all_hot(load, "broker outage")
+    assert during > 10, during
+    print(f"\n[measure] broker down {3 * STALE_S:.0f}s: {load.total} requests, "
+          f"{during} during the outage, outcomes {dict(load.outcomes)}")
+
+    # heat of the outage: delivered once the broker is back, or counted as dropped
+    async def heat_settled() -> bool:
+        return g.heat.pending == 0
+    await eventually(heat_settled, timeout_s=60)
+    assert g.heat.recorded >= heat_before + during
+    assert g.heat.published + g.heat.dropped == g.heat.recorded
+    print(f"[measure] gateway heat after the outage: published {g.heat.published}, "
+          f"dropped {g.heat.dropped}; worker events sent {p.worker.publisher.sent}, "
+          f"dropped {p.worker.publisher.dropped}")
+
+    # the broker is back: a release goes all the way to admitted, and the view sees it
+    result = await p.release("2026-11-02.1")
+    assert json.loads(result.stdout)["verdict"] == "admitted", result.stdout
+
+    async def visible() -> bool:
+        try:
+            return "2026-11-02.1" in g.catalog.lookup(TENANT, "support").versions
+        except LoraplaneError:
+            return False
+
+    await eventually(visible, timeout_s=60)
+
+
+async def test_postgres_outage_keeps_hot_serving_and_release_fails_fast(
+    platform: Platform,
+) -> None:
+    p = platform
+    await _make_hot(p)
+    async with steady_load(p) as load:
+        await asyncio.sleep(1)
+        p.stack.postgres.kill()
+        try:
+            t0 = time.monotonic()
+            result = await p.release("2026-11-03.1", ok=False, wait_s=5)
+            failed_in = time.monotonic() - t0
+            await asyncio.sleep(3)
+        finally:
+            p.stack.postgres.start()
+        await asyncio.sleep(1)
+    _assert_all_hot(load, "postgres outage")
+    out = result.stdout + result.stderr
+    assert result.exit_code not in (0, 3), out
+    assert "database unavailable" in out, out
+    print(f"\n[measure] postgres down: {load.total} HOT requests {dict(load.outcomes)}; "
+          f"release refused in {failed_in:.1f}s: {out.strip()[:160]}")
+    # back: the same services take a release again (their pools reconnect by themselves)
+    async def released() -> bool:
+        r = await p.release("2026-11-03.1", ok=False, wait_s=120)
+        return r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "admitted"
+
+    await eventually(released, timeout_s=120, every_s=2)
+
+
+async def test_object_store_outage_keeps_hot_serving_and_release_fails_fast(
+    platform: Platform,
+) -> None:
+    p = platform
+    await _make_hot(p)
+    async with steady_load(p) as load:
+        await asyncio.sleep(1)
+        p.stack.seaweedfs.kill()
+        try:
+            t0 = time.monotonic()
+            result = await p.release("2026-11-04.1", ok=False, wait_s=5)
+            release_in = time.monotonic() - t0
+            await asyncio.sleep(3)
+        finally:
+            p.stack.seaweedfs.start()
+        await asyncio.sleep(1)
+    _assert_all_hot(load, "object store outage")
+    out = result.stdout + result.stderr
+    assert result.exit_code not in (0, 3), out
+    print(f"\n[measure] object store down: {load.total} HOT requests "
+          f"{dict(load.outcomes)}; release refused in {release_in:.1f}s: {out.strip()[:160]}")
+    # back: a release is admitted again without restarting a service
+    async def released() -> bool:
+        r = await p.release("2026-11-04.1", ok=False, wait_s=120)
+        return r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "admitted"
+
+    await eventually(released, timeout_s=180, every_s=2)
