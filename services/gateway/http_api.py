@@ -39,8 +39,13 @@ from loraplane.gateway.budget import TIER_NAMES
 from loraplane.gateway.errors import UpstreamError, http_status_of, openai_error_body
 from loraplane.gateway.grpc_api import resolution_metadata
 from loraplane.gateway.models import list_models, retrieve_model, served_base_models
-from loraplane.gateway.names import base_model_named, check_adapter_name, route_base_model_name
-from loraplane.gateway.service import Gateway, new_request_id
+from loraplane.gateway.names import (
+    InvalidAdapterName,
+    base_model_named,
+    check_adapter_name,
+    route_base_model_name,
+)
+from loraplane.gateway.service import Gateway, Limits, new_request_id, validate_params
 from loraplane.shared.errors import InvalidArgument, LoraplaneError
 from loraplane.shared.grpcutil import bearer_token
 from loraplane.v1 import common_pb2, inference_pb2
@@ -114,10 +119,15 @@ def _error(exc: LoraplaneError) -> JSONResponse:
 
 
 def _to_grpc(
-    body: _Common, request: Request, prompt: str, max_tokens: int | None, served: list[str]
+    body: _Common, request: Request, prompt: str, max_tokens: int | None, served: list[str],
+    limits: Limits,
 ) -> Any:
+    model_problem = None
     if base_model_named(body.model, served) is None:
-        check_adapter_name(body.model, field="model")  # missing / path-like: named as `model`
+        try:
+            check_adapter_name(body.model, field="model")  # missing, path-like: named `model`
+        except InvalidAdapterName as exc:
+            model_problem = exc
     req = inference_pb2.GenerateRequest(
         adapter=body.model,
         prompt=prompt,
@@ -140,6 +150,11 @@ def _to_grpc(
     req.request_key = (
         body.request_key or request.headers.get("x-loraplane-request-key") or body.user or ""
     )
+    if model_problem is not None:  # with every other problem of the request
+        others = validate_params(req, limits)
+        if others:
+            raise InvalidArgument("; ".join([model_problem.message, *others]))
+        raise model_problem
     route_base_model_name(req, served, field="model")
     return req
 
@@ -185,7 +200,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         request: Request, body: _Common, prompt: str, max_tokens: int | None, chat: bool
     ) -> Any:
         principal = principal_of(request)
-        req = _to_grpc(body, request, prompt, max_tokens, served())
+        req = _to_grpc(body, request, prompt, max_tokens, served(), gateway.limits)
         rid = request.headers.get("x-request-id") or new_request_id()
         stream = gateway.generate(principal, req, request_id=rid)
         try:

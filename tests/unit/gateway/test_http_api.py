@@ -153,6 +153,12 @@ async def test_a_missing_or_empty_model_is_400_naming_the_field() -> None:
         r = await c.post("/v1/completions", headers=AUTH, json={"model": "org/x", "prompt": "x"})
         assert r.status_code == 400
         assert r.json()["error"]["message"].startswith("model must be a name, not a path")
+        # reported with every other problem of the request
+        r = await c.post("/v1/completions", headers=AUTH,
+                         json={"model": "", "prompt": "", "max_tokens": 99999})
+        message = r.json()["error"]["message"]
+        for part in ("model is required", "prompt must not be empty", "max_tokens"):
+            assert part in message, message
         assert not any(w.requests for w in h.workers.values())
 
 
