@@ -136,6 +136,7 @@ class GatewayApp:
         self.gateway = build_gateway(settings, self.publisher, metrics=self.metrics)
         self.metrics.views.placement = self.gateway.placement
         self.metrics.views.heat = self.gateway.heat
+        self.metrics.views.prewarm = self.gateway.prewarm
         self.prober: WorkerProber | None = None
         if settings.worker_probe_interval_s > 0:
             probes = self.metrics.probes

@@ -210,10 +210,16 @@ class PrewarmRequester:
         *,
         producer: str,
         dedupe_s: float = 5.0,
+        max_pending: int = 10_000,
         clock: Clock = time.time,
     ) -> None:
-        """``dedupe_s``: at most one request per version within this many seconds."""
+        """``dedupe_s``: at most one request per version within this many seconds;
+        ``max_pending``: requests kept while Kafka is away (beyond, new ones are dropped
+        and counted: a prewarm is a hint, the next cold request asks again)."""
         self._publisher = publisher
+        self._max_pending = max_pending
+        self.dropped = 0
+        """Prewarm requests dropped because too many were pending."""
         self._producer = producer
         self._dedupe_s = dedupe_s
         self._clock = clock
@@ -238,6 +244,9 @@ class PrewarmRequester:
         if last is not None and now - last < self._dedupe_s:
             return False
         self._last[key] = now
+        if len(self._queue) >= self._max_pending:
+            self.dropped += 1
+            return False
         self._queue.append(
             events_pb2.PrewarmRequested(
                 meta=topics.new_meta(self._producer, ref),

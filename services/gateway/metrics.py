@@ -13,7 +13,8 @@ Base-model requests use ``adapter="_base"`` and the base model as ``version``.
 * ``loraplane_gateway_refused_total{reason}``: refused before resolution (auth, names);
 * ``loraplane_gateway_view_events_total{view}``;
 * heat: ``loraplane_gateway_heat_published_total``, ``loraplane_gateway_heat_dropped_total``
-  (completions given up while Kafka was away) and ``loraplane_gateway_heat_pending``;
+  (completions given up while Kafka was away), ``loraplane_gateway_heat_pending`` and
+  ``loraplane_gateway_prewarm_dropped_total``;
 * what the gateway believes about each worker (:mod:`.liveness`):
   ``loraplane_gateway_worker_state{worker,state}`` (1 for its current state: answering,
   reporting, silent, down), ``loraplane_gateway_worker_state_since_timestamp_seconds{worker}``,
@@ -36,7 +37,7 @@ from prometheus_client.registry import Collector
 from loraplane.shared.metrics import PerRegistry
 
 if TYPE_CHECKING:
-    from loraplane.gateway.emit import HeatEmitter
+    from loraplane.gateway.emit import HeatEmitter, PrewarmRequester
     from loraplane.gateway.placement import PlacementView
 
 TTFT_BUCKETS: tuple[float, ...] = (
@@ -160,6 +161,7 @@ class _ViewCollector(Collector):
     def __init__(self) -> None:
         self.placement: PlacementView | None = None
         self.heat: HeatEmitter | None = None
+        self.prewarm: PrewarmRequester | None = None
 
     def describe(self) -> list[Metric]:
         return []
@@ -176,7 +178,11 @@ class _ViewCollector(Collector):
         published.add_metric([], heat.published if heat else 0)
         dropped.add_metric([], heat.dropped if heat else 0)
         pending.add_metric([], heat.pending if heat else 0)
-        yield from (published, dropped, pending)
+        prewarm_dropped = CounterMetricFamily(
+            "loraplane_gateway_prewarm_dropped", "Prewarm requests dropped because too many "
+            "were waiting for Kafka.")
+        prewarm_dropped.add_metric([], self.prewarm.dropped if self.prewarm else 0)
+        yield from (published, dropped, pending, prewarm_dropped)
         from loraplane.gateway.placement import LIVENESS
 
         state = GaugeMetricFamily(

@@ -123,3 +123,14 @@ async def test_every_recorded_completion_ends_published_or_dropped() -> None:
         assert heat.recorded == heat.published + heat.dropped + heat.pending
     assert await heat.flush() == 4
     assert (heat.recorded, heat.published, heat.dropped, heat.pending) == (6, 4, 2, 0)
+
+
+async def test_prewarm_queue_is_bounded_while_kafka_is_away() -> None:
+    rec = Recorder()
+    pre = PrewarmRequester(rec, producer="gateway/t", dedupe_s=5, max_pending=2)
+    refs = [common_pb2.AdapterRef(tenant_id="acme", adapter_name="a", version=f"v{i}")
+            for i in range(3)]
+    assert [pre.request(r, 10 + i, common_pb2.REQUEST_CLASS_INTERACTIVE, "cold_miss")
+            for i, r in enumerate(refs)] == [True, True, False]
+    assert (pre.pending, pre.dropped) == (2, 1)
+    assert await pre.flush() == 2
