@@ -15,6 +15,12 @@ background     30 s         route to WARM, join a load under way, or start a col
 canary         30 s         like background (shadow / golden-set traffic warms the canary)
 =============  ===========  =============================================================
 
+What is left of the budget travels to the worker with every routed request
+(``cold_budget_ms``), HOT ones included: a full worker makes room or queues the request
+for a HOT slot that long, then answers RESOURCE_EXHAUSTED (reason ``no_slot`` /
+``queue_full``); :func:`degrades_without_slot` says whether the gateway then serves the
+base model (policy ``degrade``) or returns that 429 with the worker's retry hint.
+
 Budgets and policies are configurable per tenant and per adapter
 (:class:`BudgetConfig`, YAML)::
 
@@ -200,7 +206,8 @@ class Route:
     tier: int
     """Tier of the version there on arrival."""
     cold_budget_ms: int
-    """Load budget passed to the worker (0 when HOT)."""
+    """What is left of the class budget, passed to the worker: how long it may wait for a
+    load and for a HOT slot (a HOT version may have been demoted meanwhile); 0 = none left."""
     starts_load: bool = False
     """The request starts a cold load (holds a cold-load slot until its first token)."""
 
@@ -246,6 +253,12 @@ class Decision:
     """The version could not be served within the budget."""
 
 
+def degrades_without_slot(budget: ClassBudget) -> bool:
+    """Whether a request the worker could not give a HOT slot within its budget is served
+    by the base model (policy ``degrade``) rather than refused with 429."""
+    return budget.on_cold is ColdPolicy.DEGRADE
+
+
 def least_loaded(options: Sequence[WorkerOption]) -> WorkerOption:
     """The option with the smallest load (ties: smallest worker id, so choices are stable)."""
     return min(options, key=lambda o: (o.load, o.worker_id))
@@ -269,11 +282,13 @@ def decide(
     """
     if not options:
         return Decision(FailFast("no ready worker serves the base model", MIN_RETRY_AFTER_S))
+    left = max(0, int(remaining_ms))
     hot = [o for o in options if o.tier == TIER_HOT]
     if hot:
-        return Decision(Route(least_loaded(hot).worker_id, TIER_HOT, 0))
+        # the budget travels even to a HOT version: a full worker that demoted it queues
+        # the request for a HOT slot at most that long
+        return Decision(Route(least_loaded(hot).worker_id, TIER_HOT, left))
     waits = budget.on_cold is ColdPolicy.WAIT
-    left = max(0, int(remaining_ms))
     warm = [o for o in options if o.tier == TIER_WARM]
     if warm and left > 0 and (waits or estimates.warm_ms <= remaining_ms):
         return Decision(Route(least_loaded(warm).worker_id, TIER_WARM, left))

@@ -17,7 +17,10 @@ One request:
    cold-load slot;
 5. stream from the worker with the request's deadline, cancelling the worker call
    when the caller goes away; a worker that is UNAVAILABLE before the first token
-   is avoided for a while and the request is re-planned once on another worker;
+   is avoided for a while and the request is re-planned once on another worker; a
+   worker that found no HOT slot within the budget (RESOURCE_EXHAUSTED, reason
+   ``no_slot`` / ``queue_full``) is answered by the base model when the class's policy
+   degrades, else its refusal (429 + retry hint) is the answer;
 6. record metrics and the completion (heat).
 
 The version resolved in step 3 travels with the request to the worker and comes
@@ -54,6 +57,7 @@ from loraplane.gateway.budget import (
     Route,
     WaitForSlot,
     decide,
+    degrades_without_slot,
     least_loaded,
 )
 from loraplane.gateway.catalog import AdapterCatalog, VersionInfo
@@ -80,6 +84,10 @@ MAX_ROUTE_ATTEMPTS = 2
 """Workers tried for one request when a worker is UNAVAILABLE before its first token."""
 VERSION_LEVEL_REASONS = frozenset({"draining", "cold", "in_use"})
 """Worker refusals about one version (not the worker): re-plan, never mark the worker down."""
+NO_SLOT_REASONS = frozenset({"no_slot", "queue_full"})
+"""Worker refusals for want of a HOT slot within the budget (RESOURCE_EXHAUSTED): a class
+whose policy degrades is served by the base model instead; the others get the refusal
+(429 with the worker's retry hint)."""
 MAX_STOP_STRINGS = 16
 """Stop strings a request may carry."""
 MAX_REQUEST_KEY_CHARS = 256
@@ -277,6 +285,13 @@ class Gateway:
                 raise ColdStartBudgetExceeded(plan.reason, retry_after_s=plan.retry_after_s)
             raise AdapterCold(plan.reason, retry_after_s=plan.retry_after_s)
 
+    def _plan_degrade(self, info: VersionInfo, exclude: frozenset[str]) -> _Target:
+        """The base model on the least-loaded worker (the version got no HOT slot in time)."""
+        target = self._plan_base(info.base_model, exclude)
+        target.tier = self.placement.tier(target.worker.worker_id, info.engine_id)
+        target.budget_exceeded = True
+        return target
+
     def _plan_base(self, base_model: str, exclude: frozenset[str]) -> _Target:
         workers = [w for w in self.placement.routable(base_model) if w.worker_id not in exclude]
         if not workers:
@@ -367,10 +382,13 @@ class Gateway:
         target: _Target | None = None
         first_at = 0.0
         prompt_tokens = output_tokens = 0
+        degrade = False
         try:
             for attempt in range(MAX_ROUTE_ATTEMPTS):
                 if info is None:
                     target = self._plan_base(base_model, exclude)
+                elif degrade:
+                    target = self._plan_degrade(info, exclude)
                 else:
                     target = await self._plan(info, budget, request_class, started, exclude)
                 if target.budget_exceeded:
@@ -419,6 +437,17 @@ class Gateway:
                             continue
                         self._suspect[wid] = self._monotonic() + self.limits.worker_suspect_s
                         exclude = exclude | {wid}
+                        continue
+                    if (
+                        err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                        and first_at == 0.0
+                        and info is not None
+                        and not target.use_base
+                        and attempt + 1 < MAX_ROUTE_ATTEMPTS
+                        and _trailing(err, REASON_METADATA) in NO_SLOT_REASONS
+                        and degrades_without_slot(budget)
+                    ):
+                        degrade = True  # no HOT slot within the budget: base model
                         continue
                     raise from_rpc_error(err, wid) from None
                 finally:

@@ -25,6 +25,7 @@ from loraplane.gateway.budget import (
     WaitForSlot,
     WorkerOption,
     decide,
+    degrades_without_slot,
     load_budget_config,
 )
 from loraplane.v1 import common_pb2
@@ -41,10 +42,14 @@ def w(wid: str, tier: int, load: int = 0, loading: bool = False, slots: int = 1)
 
 CASES: list[tuple[str, list[WorkerOption], ClassBudget, float, Decision]] = [
     ("hot wins over warm", [w("a", TIER_WARM), w("b", TIER_HOT, 5)], DEGRADE_300, 300,
-     Decision(Route("b", TIER_HOT, 0))),
+     Decision(Route("b", TIER_HOT, 300))),
     ("least loaded hot", [w("a", TIER_HOT, 3), w("b", TIER_HOT, 1), w("c", TIER_HOT, 2)],
-     DEGRADE_300, 300, Decision(Route("b", TIER_HOT, 0))),
+     DEGRADE_300, 300, Decision(Route("b", TIER_HOT, 300))),
     ("ties broken by id", [w("b", TIER_HOT, 1), w("a", TIER_HOT, 1)], DEGRADE_300, 300,
+     Decision(Route("a", TIER_HOT, 300))),
+    ("hot carries what is left of the budget", [w("a", TIER_HOT)], WAIT_30S, 12_345.6,
+     Decision(Route("a", TIER_HOT, 12_345))),
+    ("hot with the budget spent carries none", [w("a", TIER_HOT)], WAIT_30S, -5,
      Decision(Route("a", TIER_HOT, 0))),
     ("warm fits the interactive budget", [w("a", TIER_COLD), w("b", TIER_WARM, 9)],
      DEGRADE_300, 300, Decision(Route("b", TIER_WARM, 300))),
@@ -140,3 +145,11 @@ def test_yaml_file_and_every_problem_reported(tmp_path: Path) -> None:
 def test_override_keys_are_checked() -> None:
     with pytest.raises(ValidationError, match="tenant/adapter"):
         BudgetConfig.model_validate({"overrides": {"../x": {}}})
+
+
+@pytest.mark.parametrize(("policy", "degrades"), [(ColdPolicy.DEGRADE, True),
+                                                  (ColdPolicy.FAIL_FAST, False),
+                                                  (ColdPolicy.WAIT, False)])
+def test_no_hot_slot_within_the_budget_degrades_only_by_policy(policy: ColdPolicy,
+                                                               degrades: bool) -> None:
+    assert degrades_without_slot(ClassBudget(budget_ms=300, on_cold=policy)) is degrades
