@@ -421,7 +421,16 @@ async def test_release_cold_hot_canary_rollback_refusals_revocation_bootstrap(
             assert denied.status_code == 403
             assert denied.json()["error"]["type"] == "permission_error"
             models = await http.get("/v1/models", headers=auth)
-            assert [m["id"] for m in models.json()["data"]] == ["support"]
+            assert [m["id"] for m in models.json()["data"]] == [base, "support"]
+            # the base model by its served name (as vLLM names it); a missing model is a 400
+            plain = await http.post("/v1/completions", headers=auth,
+                                    json={"model": base, "prompt": "Hi", "max_tokens": 2})
+            assert plain.status_code == 200, plain.text
+            assert plain.json()["loraplane"]["base_model"] == base
+            assert plain.json()["loraplane"]["adapter"] == ""
+            empty = await http.post("/v1/completions", headers=auth,
+                                    json={"model": "", "prompt": "Hi"})
+            assert empty.status_code == 400 and "model" in empty.json()["error"]["message"]
 
         # a share through the registry opens globex's adapter to acme; ending it closes it
         await p.cli("adapters", "share", f"{b}/legal", "--with", a)
