@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from loraplane.gateway.catalog import AdapterCatalog, AdapterEntry
+from loraplane.gateway.catalog import AdapterCatalog, AdapterEntry, AdapterNotFound
 from loraplane.gateway.errors import NoReleasedVersion
 from loraplane.gateway.names import ADAPTER_NAME_RE, BASE_MODEL_ALIAS, base_model_named
 from loraplane.gateway.placement import PlacementView
@@ -113,8 +113,9 @@ def retrieve_model(
     """The model object of ``model_id`` for ``tenant_id``.
 
     Raises :class:`ModelNotFound` (unknown id, any shape), the catalog's PermissionDenied
-    for another tenant's adapter (as the request path does), or NotFound for an adapter
-    without a stable version.
+    for another tenant's adapter (as the request path does), or
+    :class:`~loraplane.gateway.errors.NoReleasedVersion` (404) for an adapter without a
+    stable version.
     """
     if model_id == BASE_MODEL_ALIAS:
         name = default_base_model(served, default)
@@ -130,5 +131,8 @@ def retrieve_model(
     for entry in _adapters(catalog, tenant_id, served):
         if entry.release.name == model_id:
             return adapter_object(entry)
-    catalog.lookup(tenant_id, model_id)  # another tenant's: PermissionDenied; none: NotFound
+    try:
+        catalog.lookup(tenant_id, model_id)  # another tenant's: PermissionDenied
+    except AdapterNotFound:
+        raise ModelNotFound(f"model {model_id!r} not found") from None
     raise NoReleasedVersion(f"adapter {model_id!r} has no stable version")
