@@ -62,7 +62,7 @@ bench: install ## every benchmark (each prints ratios measured side by side in o
 	  $(MAKE) --no-print-directory $$b || { echo "$$b: target missed or failed (see above)"; rc=1; }; \
 	done; exit $$rc
 
-bench-policy: install ## cache policies on the reference traces: table + .loraplane/bench/policy.json
+bench-policy: install ## cache policies on the reference traces (synthetic + GenTD26, libCacheSim HOT baselines): table + .loraplane/bench/policy.json
 	$(PY) -m loraplane.sim.bench
 
 bench-admission: install ## admission verification MB/s beside raw sha256 MB/s -> .loraplane/bench/admission.json

@@ -1,4 +1,5 @@
-"""``loraplane sim`` and ``loraplane trace gen``: the cache simulator and the trace generator."""
+"""``loraplane sim``, ``loraplane trace gen`` and ``loraplane trace import``: the cache simulator,
+the trace generator and the importer of real traces."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ from loraplane.policy.config import PolicyConfigError, load_config
 from loraplane.policy.factory import POLICIES, make_policy
 from loraplane.sim.cost import CostModel
 from loraplane.sim.generator import DEFAULT_AZURE_DIR, GenConfig, generate
+from loraplane.sim.gentd26 import (
+    DEFAULT_GENTD26_DIR,
+    DEFAULT_KEY,
+    REQUEST_FILE,
+    Gentd26Error,
+    import_gentd26,
+)
 from loraplane.sim.presets import PRESETS
 from loraplane.sim.simulator import Capacities, SimResult, simulate
 from loraplane.sim.trace import TraceError, read_trace, write_trace
@@ -158,3 +166,33 @@ def trace_gen_cmd(
     write_trace(out, rows)
     versions = len({r.adapter_id for r in rows})
     typer.echo(f"{out}: {len(rows)} requests, {versions} versions, seed {cfg.seed}")
+
+
+IMPORTERS = ("gentd26",)
+"""Real traces ``loraplane trace import`` knows."""
+
+
+@trace_app.command("import")
+def trace_import_cmd(
+    source: Annotated[str, typer.Argument(help=f"Which real trace: {', '.join(IMPORTERS)}.")],
+    out: Annotated[Path, typer.Option("--out", help="Output file (.csv or .csv.gz).")],
+    input_file: Annotated[Path, typer.Option("--input", help="The source file.")] = (
+        DEFAULT_GENTD26_DIR / REQUEST_FILE
+    ),
+    time_scale: Annotated[float, typer.Option(
+        "--time-scale", help="Replay K times faster (ts / K); every other field is unchanged.")
+    ] = 1.0,
+    key: Annotated[str, typer.Option("--key", help="Key of the hash that assigns tiers, sizes, "
+                                     "classes and canaries.")] = DEFAULT_KEY,
+) -> None:
+    """Map a real request trace onto the simulator's format (deterministic; see gentd26.py)."""
+    if source not in IMPORTERS:
+        raise typer.BadParameter(f"unknown trace {source!r}; known: {', '.join(IMPORTERS)}")
+    try:
+        rows = list(import_gentd26(input_file, time_scale=time_scale, key=key))
+    except (OSError, Gentd26Error, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    write_trace(out, rows)
+    versions = len({r.adapter_id for r in rows})
+    typer.echo(f"{out}: {len(rows)} requests, {versions} versions, time scale {time_scale:g}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +104,21 @@ def _open_text(path: Path) -> IO[str]:
     return path.open("r", encoding="utf-8", newline="")
 
 
+def _field(
+    row: Mapping[str, str], column: str, convert: type[float | int], problems: list[str]
+) -> float:
+    """``convert(row[column])``; on failure a problem naming the column, and 0."""
+    text = row.get(column)
+    if text is None:
+        problems.append(f"column {column}: missing")
+        return 0
+    try:
+        return convert(text)
+    except ValueError:
+        problems.append(f"column {column}: not {convert.__name__}: {text!r}")
+        return 0
+
+
 def parse_rows(rows: Iterable[Mapping[str, str]], name: str) -> Trace:
     """Build a :class:`Trace` from CSV dict rows, reporting every (first 20) problem."""
     trace = Trace(name=name)
@@ -116,39 +132,41 @@ def parse_rows(rows: Iterable[Mapping[str, str]], name: str) -> Trace:
     for line, row in enumerate(rows, start=2):
         if len(problems) >= MAX_REPORTED_PROBLEMS:
             break
-        try:
-            ts = float(row["ts"])
-            adapter = row["adapter_id"]
-            prio = prio_code.get(row["priority"])
-            cls = class_code.get(row["request_class"])
-            rank = int(row["rank"])
-            size = int(row["size_bytes"])
-            canary = int(row["canary"])
-            prompt = int(row["prompt_tokens"])
-            output = int(row["output_tokens"])
-        except KeyError as exc:
-            problems.append(f"line {line}: missing column {exc.args[0]}")
-            continue
-        except (TypeError, ValueError) as exc:
-            problems.append(f"line {line}: {exc}")
-            continue
-        row_problems = []
-        if ts < last_ts:
-            row_problems.append(f"ts {ts} < previous {last_ts}")
+        row_problems: list[str] = []
+
+        ts = float(_field(row, "ts", float, row_problems))
+        rank = int(_field(row, "rank", int, row_problems))
+        size = int(_field(row, "size_bytes", int, row_problems))
+        canary = int(_field(row, "canary", int, row_problems))
+        prompt = int(_field(row, "prompt_tokens", int, row_problems))
+        output = int(_field(row, "output_tokens", int, row_problems))
+        adapter = row.get("adapter_id") or ""
+        prio = prio_code.get(row.get("priority") or "")
+        cls = class_code.get(row.get("request_class") or "")
+        if not math.isfinite(ts):
+            row_problems.append(f"column ts: not finite: {ts}")
+        elif ts < last_ts:
+            row_problems.append(f"column ts: {ts} < previous {last_ts} (must not decrease)")
         if prio is None:
-            row_problems.append(f"priority {row['priority']!r} not one of {list(prio_code)}")
+            row_problems.append(
+                f"column priority: {row.get('priority')!r} not one of {list(prio_code)}"
+            )
         if cls is None:
             row_problems.append(
-                f"request_class {row['request_class']!r} not one of {list(class_code)}"
+                f"column request_class: {row.get('request_class')!r} not one of {list(class_code)}"
             )
         if canary not in (0, 1):
-            row_problems.append(f"canary {canary} not 0 or 1")
-        if size <= 0 or rank <= 0 or prompt < 0 or output < 0:
-            row_problems.append("size_bytes and rank must be > 0, token counts >= 0")
+            row_problems.append(f"column canary: {canary} not 0 or 1")
+        for column, value, least in (("rank", rank, 1), ("size_bytes", size, 1),
+                                     ("prompt_tokens", prompt, 0), ("output_tokens", output, 0)):
+            if value < least:
+                row_problems.append(f"column {column}: {value} < {least}")
         if not adapter:
-            row_problems.append("empty adapter_id")
+            row_problems.append("column adapter_id: empty")
+        if not row.get("tenant_id"):
+            row_problems.append("column tenant_id: empty")
         if row_problems:
-            problems.append(f"line {line}: " + ", ".join(row_problems))
+            problems.append(f"line {line}: " + "; ".join(row_problems))
             continue
         assert prio is not None and cls is not None
         last_ts = ts

@@ -68,8 +68,10 @@ def test_invalid_traces_name_every_problem() -> None:
     with pytest.raises(TraceError) as err:
         parse_rows(csv.DictReader(io.StringIO(text)), "bad")
     problems = "\n".join(err.value.problems)
-    for needle in ("line 3", "ts 4.0 < previous 5.0", "priority 'diamond'",
-                   "request_class 'urgent'", "canary 2", "line 4"):
+    # every problem names the line (row) and the column
+    for needle in ("line 3: ", "column ts: 4.0 < previous 5.0", "column priority: 'diamond'",
+                   "column request_class: 'urgent'", "column canary: 2 not 0 or 1",
+                   "line 4: column ts: not float: 'x'"):
         assert needle in problems, needle
 
 
