@@ -135,6 +135,9 @@ class LoadOutcome:
     register_s: float = 0.0
     verify_s: float = 0.0
     """Re-verification time before registering a WARM version."""
+    slot_wait_s: float = 0.0
+    """Time spent waiting for a HOT slot (not part of ``duration_s``: the load estimates
+    that follow ``AdapterLoaded`` reports stay what a load costs)."""
 
     @property
     def changed(self) -> bool:
@@ -371,7 +374,7 @@ class AdapterManager:
             self.placements[spec.engine_id] = p
         if never_evict is not None:
             p.never_evict = never_evict
-        register_s = verify_s = 0.0
+        register_s = verify_s = slot_wait_s = 0.0
         if target_tier == TIER_HOT and not p.hot:
             if source == TIER_WARM:  # files may have changed since they were verified
                 t0 = time.perf_counter()
@@ -382,7 +385,9 @@ class AdapterManager:
                     self.metrics.host_dropped.inc()
                     raise
                 verify_s = time.perf_counter() - t0
+            t_wait = time.perf_counter()
             register_s = await self._make_hot(p, make_room, wait)
+            slot_wait_s = max(0.0, time.perf_counter() - t_wait - register_s)
         if pin and p.hot and not p.pinned:
             await self.engine.pin(spec.engine_id)
             p.pinned = True
@@ -390,9 +395,9 @@ class AdapterManager:
             raise NotPresent(f"{spec.name} must be HOT to be pinned (load it with TIER_HOT)")
         return LoadOutcome(
             spec=spec, source_tier=source, tier=p.tier, pinned=p.pinned,
-            duration_s=time.perf_counter() - started,
+            duration_s=time.perf_counter() - started - slot_wait_s,
             bytes_read=fetch.bytes_read if fetch else 0, fetch=fetch, register_s=register_s,
-            verify_s=verify_s,
+            verify_s=verify_s, slot_wait_s=slot_wait_s,
         )
 
     # ------------------------------------------------------------------ HOT slots
@@ -532,8 +537,14 @@ class AdapterManager:
         checked by :meth:`hot_members` with no await since, so taking it does not wait)."""
         victim = self.placements[engine_id]
         async with self._lock(engine_id):
-            await self.engine.unregister(engine_id)
+            # not HOT from now on: a request arriving while the engine unregisters it must
+            # load it again (behind this lock), never start on an adapter about to go
             victim.hot = False
+            try:
+                await self.engine.unregister(engine_id)
+            except BaseException:
+                victim.hot = engine_id in self.engine.registered
+                raise
         reason = choice.reason.value if choice.reason is not None else "capacity"
         return EvictOutcome(victim.spec, engine_id, TIER_HOT, TIER_WARM,
                             f"{ON_DEMAND_REASON}{reason}")

@@ -252,3 +252,38 @@ async def test_commands_still_fail_fast_when_full(rig: Rig, make_adapter: MakeAd
     assert rig.manager.placements[specs[-1].engine_id].tier == TIER_WARM
     assert not demoted(rig)
     assert TIER_HOT == rig.manager.placements[specs[0].engine_id].tier
+
+
+async def test_a_request_for_the_victim_during_its_demotion_waits_and_is_served(
+    rig: Rig, make_adapter: MakeAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The victim is not HOT from the moment it is chosen: a request arriving while the
+    engine unregisters it loads it again instead of starting on a vanishing adapter."""
+    m = rig.manager
+    specs = [make_adapter(f"d{i}") for i in range(m.hot_capacity)]
+    for s in specs:
+        async with m.use(s, allow_cold=True):
+            pass
+    victim = specs[0]  # least recently used of the equally cool ones
+    gate = asyncio.Event()
+    unregister = rig.model.unregister
+
+    async def slow_unregister(engine_id: int) -> None:
+        if engine_id == victim.engine_id:
+            await gate.wait()
+        await unregister(engine_id)
+
+    monkeypatch.setattr(rig.model, "unregister", slow_unregister)
+    newcomer = hold(rig, make_adapter("new"))
+    await until(lambda: not m.placements[victim.engine_id].hot)
+    again = hold(rig, victim)  # arrives mid-demotion
+    await asyncio.sleep(0.01)
+    assert not again.entered.is_set()
+    gate.set()
+    await newcomer.entered.wait()
+    await again.entered.wait()
+    lease_ids = {victim.engine_id, newcomer.spec.engine_id}
+    assert lease_ids <= {eid for eid, p in m.placements.items() if p.hot}
+    for h in (newcomer, again):
+        await h.done()
+    assert rig.model.violations == []
