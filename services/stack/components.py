@@ -133,6 +133,18 @@ class Component:
         started it (a caller that must clean up after a failure stops only those)."""
         if self.pid() is not None and self.healthy():
             return False
+        self.launch()
+        try:
+            wait_for(self.healthy, self.start_timeout_s(), self.name, self.log)
+            self.after_start()
+        except Exception:
+            self.stop()
+            raise
+        return True
+
+    def launch(self) -> None:
+        """Stop what the pid file names, then spawn the process and return at once (the
+        supervisor's restarts; :meth:`start` waits for health and runs ``after_start``)."""
         self.stop()
         self.check_ports_free()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -154,13 +166,6 @@ class Component:
             )
         self._proc = proc
         self.pidfile.write_text(str(proc.pid))
-        try:
-            wait_for(self.healthy, self.start_timeout_s(), self.name, self.log)
-            self.after_start()
-        except Exception:
-            self.stop()
-            raise
-        return True
 
     def stop(self, timeout: float = 15.0) -> None:
         pid = self.pid()

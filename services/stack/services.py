@@ -26,18 +26,34 @@ class ServiceSpec:
     metrics_offset: int = 0
     start_timeout_s: float = 60.0
     """How long the supervisor waits for ``/metrics`` (the worker starts an engine first)."""
+    replicated: bool = False
+    """Whether ``make run`` starts ``StackSettings.workers`` of it (replica ``i`` > 0 on
+    ports shifted by ``REPLICA_PORT_STRIDE * i``, with its own id and state)."""
 
     def env_prefix(self) -> str:
         return f"LORAPLANE_{self.name.upper().replace('-', '_')}_"
 
-    def ports(self, s: StackSettings) -> dict[str, int]:
+    def ports(self, s: StackSettings, replica: int = 0) -> dict[str, int]:
         assert s.port_base is not None
-        out = {k: s.port_base + v for k, v in self.port_offsets.items()}
-        out["METRICS_PORT"] = s.port_base + self.metrics_offset
+        shift = REPLICA_PORT_STRIDE * replica
+        out = {k: s.port_base + v + shift for k, v in self.port_offsets.items()}
+        out["METRICS_PORT"] = s.port_base + self.metrics_offset + shift
         return out
 
-    def env(self, s: StackSettings) -> dict[str, str]:
-        return {self.env_prefix() + k: str(v) for k, v in self.ports(s).items()}
+    def env(self, s: StackSettings, replica: int = 0) -> dict[str, str]:
+        return {self.env_prefix() + k: str(v) for k, v in self.ports(s, replica).items()}
+
+    def replicas(self, s: StackSettings) -> int:
+        """How many processes of this service the stack runs."""
+        return s.workers if self.replicated else 1
+
+    def instance(self, replica: int) -> str:
+        """Process name of one replica: ``worker``, ``worker-1``, ..."""
+        return self.name if replica == 0 else f"{self.name}-{replica}"
+
+    def all_ports(self, s: StackSettings) -> list[int]:
+        """Every port of every replica."""
+        return [p for i in range(self.replicas(s)) for p in self.ports(s, i).values()]
 
     def exists(self) -> bool:
         try:
@@ -46,11 +62,15 @@ class ServiceSpec:
             return False
 
 
+REPLICA_PORT_STRIDE = 20
+"""Port shift between replicas of a service (offsets 51–65 + 20 · i stay clear of the
+stack's own 1–18)."""
+
 SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("registry", "loraplane.registry.__main__", {"GRPC_PORT": 51}, 61),
     ServiceSpec("admission", "loraplane.admission.__main__", {}, 62),
     ServiceSpec("cache-manager", "loraplane.cache_manager.__main__", {"GRPC_PORT": 53}, 63),
-    ServiceSpec("worker", "loraplane.worker.__main__", {"GRPC_PORT": 54}, 64, 300.0),
+    ServiceSpec("worker", "loraplane.worker.__main__", {"GRPC_PORT": 54}, 64, 300.0, True),
     ServiceSpec("gateway", "loraplane.gateway.__main__", {"GRPC_PORT": 55, "HTTP_PORT": 56}, 65),
 )
 
@@ -62,4 +82,7 @@ def existing_services() -> list[ServiceSpec]:
 
 def scrape_targets(s: StackSettings) -> dict[str, list[int]]:
     """Prometheus job -> metrics ports for every existing service."""
-    return {svc.name: [svc.ports(s)["METRICS_PORT"]] for svc in existing_services()}
+    return {
+        svc.name: [svc.ports(s, i)["METRICS_PORT"] for i in range(svc.replicas(s))]
+        for svc in existing_services()
+    }

@@ -90,6 +90,16 @@ class StackSettings(BaseSettings):
     prometheus_scrape_interval: str = "5s"
     start_timeout_s: float = Field(default=60.0, gt=0)
 
+    workers: int = Field(default=2, ge=1, le=4)
+    """Inference workers ``make run`` starts (each its own vLLM engine, ~3 GB of memory)."""
+    restart_backoff_s: float = Field(default=1.0, gt=0)
+    """First delay before the supervisor restarts a crashed component or service; doubled
+    after each restart that did not stay up, up to ``restart_backoff_max_s``."""
+    restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    """Longest delay between restarts of one component."""
+    restart_stable_s: float = Field(default=60.0, gt=0)
+    """Healthy this long after a restart, a component's backoff starts over."""
+
     @model_validator(mode="after")
     def _derive(self) -> StackSettings:
         if self.port_base is None:

@@ -1,14 +1,26 @@
 """``make run``: the embedded stack, every service that exists, the demo seed, until Ctrl-C.
 
 The supervisor starts each service as its own process (``python -m
-loraplane.<service>``) with the ``LORAPLANE_*`` environment pointing at the
-stack, waits until its ``/metrics`` answers, writes ``.loraplane/demo.env``,
-exports component health on its own ``/metrics`` (scraped by Prometheus), and
-on SIGINT / SIGTERM stops everything it started, services first.
+loraplane.<service>``; ``StackSettings.workers`` inference workers, 2 by default) with
+the ``LORAPLANE_*`` environment pointing at the stack, waits until its ``/metrics``
+answers, writes ``.loraplane/demo.env``, exports component health on its own
+``/metrics`` (scraped by Prometheus), and on SIGINT / SIGTERM stops everything it
+started, services first.
+
+Restart policy: every component and service found unhealthy is restarted with
+exponential backoff (``restart_backoff_s`` doubling up to ``restart_backoff_max_s``;
+the backoff starts over once it has stayed healthy ``restart_stable_s``). A restart
+only spawns the process; the supervisor keeps watching the others while it comes up
+(a worker's engine takes a minute) and gives it ``start_timeout_s`` before it counts
+as failed again. A component that someone else restarted (its pid file names a new,
+healthy process: ``loraplane stack up`` from another shell) is adopted, not restarted.
+Restarts are counted in ``loraplane_component_restarts_total{component}`` and in
+``run/supervisor.json``, which ``make status`` prints.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -16,9 +28,11 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from loraplane.stack.components import Component, Health, StackError, port_in_use
 from loraplane.stack.services import SERVICES, ServiceSpec, existing_services
@@ -33,7 +47,7 @@ def service_env(s: StackSettings, extra: dict[str, str] | None = None) -> dict[s
     """Environment shared by every service process of a stack."""
     env = dict(s.client_env())
     for svc in SERVICES:
-        env.update(svc.env(s))
+        env.update(svc.env(s))  # replica 0; other replicas override theirs (replica_env)
     assert s.port_base is not None
     registry_port = SERVICES[0].ports(s)["GRPC_PORT"]
     env["LORAPLANE_REGISTRY_ADDR"] = f"127.0.0.1:{registry_port}"
@@ -50,17 +64,32 @@ def service_env(s: StackSettings, extra: dict[str, str] | None = None) -> dict[s
     return env
 
 
+def replica_env(s: StackSettings, spec: ServiceSpec, replica: int) -> dict[str, str]:
+    """What differs between replicas of a service: its ports and, for a worker, its id
+    and WARM-tier directory (``worker-0`` keeps ``worker-host``)."""
+    env = spec.env(s, replica)
+    if spec.name == "worker":
+        env["LORAPLANE_WORKER_ID"] = f"worker-{replica}"
+        host = "worker-host" if replica == 0 else f"worker-host-{replica}"
+        env["LORAPLANE_WORKER_HOST_DIR"] = str(s.root / host)
+    return env
+
+
 class ServiceProcess(Component):
     """One loraplane service process; healthy when its ``/metrics`` answers."""
 
-    def __init__(self, settings: StackSettings, spec: ServiceSpec, env: dict[str, str]) -> None:
-        self.name = f"svc-{spec.name}"
+    def __init__(
+        self, settings: StackSettings, spec: ServiceSpec, env: dict[str, str], replica: int = 0
+    ) -> None:
+        self.name = f"svc-{spec.instance(replica)}"
         super().__init__(settings)
         self.spec = spec
-        self._env = env
+        self.replica = replica
+        self._env = {**env, **replica_env(settings, spec, replica)}
 
     def ports(self) -> dict[str, int]:
-        return {f"{self.spec.env_prefix()}{k}".lower(): v for k, v in self.spec.ports(self.s).items()}
+        return {f"{self.spec.env_prefix()}{k}".lower(): v
+                for k, v in self.spec.ports(self.s, self.replica).items()}
 
     def start_timeout_s(self) -> float:
         return max(self.spec.start_timeout_s, self.s.start_timeout_s)
@@ -75,7 +104,7 @@ class ServiceProcess(Component):
         return env
 
     def healthy(self) -> bool:
-        port = self.spec.ports(self.s)["METRICS_PORT"]
+        port = self.spec.ports(self.s, self.replica)["METRICS_PORT"]
         if not port_in_use(port):
             return False
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
@@ -83,13 +112,66 @@ class ServiceProcess(Component):
 
 
 def service_processes(s: StackSettings, env: dict[str, str]) -> list[ServiceProcess]:
-    return [ServiceProcess(s, spec, env) for spec in existing_services()]
+    """One process per replica of every service that exists, in start order."""
+    return [ServiceProcess(s, spec, env, i)
+            for spec in existing_services() for i in range(spec.replicas(s))]
+
+
+def restarts_file(s: StackSettings) -> Path:
+    """Where the running supervisor records its restarts (read by ``make status``)."""
+    return s.root / "run" / "supervisor.json"
+
+
+def read_restarts(s: StackSettings) -> dict[str, int]:
+    """Restarts per component recorded by the running supervisor ({} when none)."""
+    try:
+        data = json.loads(restarts_file(s).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): int(v) for k, v in data.get("restarts", {}).items()}
 
 
 def full_status(s: StackSettings) -> list[Health]:
-    """Health of every stack component and every service that exists (one entry each)."""
+    """Health of every stack component and every service process (one entry each), with
+    the supervisor's restart count where it restarted one."""
     stack = Stack(s)
-    return stack.status() + [p.health() for p in service_processes(s, service_env(s))]
+    health = stack.status() + [p.health() for p in service_processes(s, service_env(s))]
+    restarts = read_restarts(s)
+    return [
+        Health(h.component, h.healthy, f"{h.detail}, restarts {restarts[h.component]}")
+        if restarts.get(h.component) else h
+        for h in health
+    ]
+
+
+def _timed_start(comp: Component) -> float:
+    t0 = time.monotonic()
+    comp.start()
+    return time.monotonic() - t0
+
+
+def backoff_s(failures: int, base_s: float, max_s: float) -> float:
+    """Delay before the next restart after ``failures`` restarts in a row that did not
+    stay up: ``base_s · 2^failures``, at most ``max_s``."""
+    return float(min(max_s, base_s * (2 ** min(failures, 30))))
+
+
+@dataclass
+class _Restarts:
+    """Restart bookkeeping of one component."""
+
+    count: int = 0
+    """Restarts done by this supervisor."""
+    failures: int = 0
+    """Restarts in a row that did not stay up ``restart_stable_s``."""
+    next_at: float = 0.0
+    """Earliest time (monotonic) of the next restart."""
+    launched_at: float | None = None
+    """When the last restart spawned the process (None: not coming up now)."""
+    after_start: bool = False
+    """Post-start setup still to run once it is healthy."""
+    up_since: float | None = None
+    """When it was last seen back up after a restart."""
 
 
 def write_env_file(path: Path, values: dict[str, str]) -> None:
@@ -112,6 +194,10 @@ class Supervisor:
         self.registry = CollectorRegistry()
         self.up_gauge = Gauge("loraplane_component_up", "1 when the component is healthy",
                               ["component"], registry=self.registry)
+        self.restart_counter = Counter(
+            "loraplane_component_restarts", "Restarts of a crashed or hung component by the "
+            "supervisor.", ["component"], registry=self.registry)
+        self._restarts: dict[str, _Restarts] = {}
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -133,14 +219,22 @@ class Supervisor:
         start_http_server(self.s.supervisor_metrics_port, addr="127.0.0.1", registry=self.registry)
         if prepare is not None:
             prepare(self)
-        for spec in existing_services():
-            proc = ServiceProcess(self.s, spec, self.env)
+        restarts_file(self.s).unlink(missing_ok=True)
+        procs = service_processes(self.s, self.env)
+        for name in dict.fromkeys(p.spec.name for p in procs):
+            group = [p for p in procs if p.spec.name == name]
             t1 = time.monotonic()
-            proc.start()
-            self.procs.append(proc)
-            timings[proc.name] = time.monotonic() - t1
-            self.echo(f"  {spec.name:<13} up in {timings[proc.name]:.1f}s  "
-                      + ", ".join(f"{k}={v}" for k, v in spec.ports(self.s).items()))
+            self.procs.extend(group)
+            # replicas come up side by side (each worker's engine takes a minute)
+            with ThreadPoolExecutor(len(group)) as pool:
+                for proc, took in zip(group, pool.map(_timed_start, group), strict=True):
+                    timings[proc.name] = took
+            for proc in group:
+                ports = proc.spec.ports(self.s, proc.replica)
+                self.echo(f"  {proc.spec.instance(proc.replica):<13} up in "
+                          f"{timings[proc.name]:.1f}s  "
+                          + ", ".join(f"{k}={v}" for k, v in ports.items()))
+            timings[f"{name} (all)"] = time.monotonic() - t1
         missing = [svc.name for svc in SERVICES if not svc.exists()]
         if missing:
             self.echo(f"  (not built yet, not started: {', '.join(missing)})")
@@ -158,22 +252,73 @@ class Supervisor:
         values.update(seeded)
         return values
 
-    def watch(self) -> None:
-        """Export health until stopped; report services that died."""
-        reported: set[str] = set()
-        while not self._stop.wait(2.0):
-            for comp in [*self.stack.components, *self.procs]:
-                h = comp.health()
-                self.up_gauge.labels(component=comp.name).set(1 if h.healthy else 0)
-                if not h.healthy and comp.name not in reported:
-                    reported.add(comp.name)
-                    self.echo(f"warning: {comp.name} is unhealthy ({h.detail}); log: {comp.log}")
+    def watch(self, interval_s: float = 1.0) -> None:
+        """Export health and restart what crashed (see the module doc) until stopped."""
+        while not self._stop.wait(interval_s):
+            self.check_once()
+
+    def check_once(self) -> None:
+        """One pass of the restart policy over every component and service."""
+        for comp in [*self.stack.components, *self.procs]:
+            if self._stop.is_set():
+                return
+            self._check(comp, time.monotonic())
+
+    def _check(self, comp: Component, now: float) -> None:
+        r = self._restarts.setdefault(comp.name, _Restarts())
+        h = comp.health()
+        self.up_gauge.labels(component=comp.name).set(1 if h.healthy else 0)
+        s = self.s
+        if h.healthy:
+            if r.after_start:
+                r.after_start = False
+                try:
+                    comp.after_start()
+                except Exception as exc:  # noqa: BLE001 - retried by the next restart
+                    self.echo(f"warning: {comp.name}: post-start setup failed: {exc}")
+            if r.launched_at is not None:
+                self.echo(f"{comp.name} is back after {now - r.launched_at:.1f}s")
+                r.launched_at = None
+                r.up_since = now
+            if r.failures and r.up_since is not None and now - r.up_since >= s.restart_stable_s:
+                r.failures = 0
+            return
+        r.up_since = None
+        coming_up = r.launched_at is not None and comp.pid() is not None
+        if coming_up and now - r.launched_at < comp.start_timeout_s():  # type: ignore[operator]
+            return
+        if now < r.next_at:
+            return
+        self.echo(f"warning: {comp.name} is unhealthy ({h.detail}); restarting "
+                  f"(restart {r.count + 1}); log: {comp.log}")
+        try:
+            comp.launch()
+        except Exception as exc:  # noqa: BLE001 - a taken port, say: try again later
+            self.echo(f"warning: {comp.name}: restart failed: {exc}")
+            r.launched_at = None
+        else:
+            r.launched_at = now
+            r.after_start = True
+        r.count += 1
+        self.restart_counter.labels(component=comp.name).inc()
+        r.next_at = now + backoff_s(r.failures, s.restart_backoff_s, s.restart_backoff_max_s)
+        r.failures += 1
+        self._write_restarts()
+
+    def _write_restarts(self) -> None:
+        path = restarts_file(self.s)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(
+            {"restarts": {k: v.count for k, v in self._restarts.items() if v.count}}))
+        tmp.replace(path)
 
     def stop(self) -> None:
         self.echo("stopping")
         for proc in reversed(self.procs):
             proc.stop()
         self.stack.down()
+        restarts_file(self.s).unlink(missing_ok=True)
         self.echo("stopped")
 
 

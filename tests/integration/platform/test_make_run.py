@@ -1,4 +1,5 @@
-"""`loraplane run` (what `make run` calls): healthy status, demo.env, and a clean Ctrl-C.
+"""`loraplane run` (what `make run` calls): healthy status, demo.env, a crashed worker
+restarted by the supervisor while the other one serves, and a clean Ctrl-C.
 
 The supervisor runs on its own port block and data directory so that it neither
 collides with the session's test stack nor with a developer's `make run`.
@@ -13,9 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from loraplane.stack.components import port_in_use
 from loraplane.stack.services import existing_services
 from loraplane.stack.settings import PORT_OFFSETS, StackSettings
+from loraplane.stack.supervisor import service_env, service_processes
 
 REQUIRED_ENV = [
     "LORAPLANE_GATEWAY_GRPC", "LORAPLANE_GATEWAY_HTTP", "LORAPLANE_DEMO_API_KEY",
@@ -38,7 +42,7 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
     settings = StackSettings(profile="run", port_base=23000, data_dir=tmp_path / "stack")
     ports = [getattr(settings, name) for name in PORT_OFFSETS]
     for svc in existing_services():
-        ports.extend(svc.ports(settings).values())
+        ports.extend(svc.all_ports(settings))
     assert not any(port_in_use(p) for p in ports), "port block 23000 is busy before the test"
 
     log = open(tmp_path / "run.log", "w+b")  # noqa: SIM115 - closed below
@@ -60,7 +64,9 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
                                 timeout=60, check=False)
         assert status.returncode == 0, status.stdout + status.stderr
         lines = status.stdout.strip().splitlines()
-        expected = 4 + len(existing_services())
+        procs = service_processes(settings, service_env(settings))
+        assert sum(p.spec.name == "worker" for p in procs) == 2  # two workers by default
+        expected = 4 + len(procs)
         assert len(lines) == expected and all(line.startswith("ok") for line in lines), lines
 
         values = dict(line.split("=", 1) for line in
@@ -68,6 +74,34 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
         missing = [k for k in REQUIRED_ENV if not values.get(k)]
         assert not missing, f"demo.env lacks {missing}"
         assert Path(values["LORAPLANE_BASE_MODEL_DIR"]).is_dir()
+
+        # a worker crashes: the other keeps answering, the supervisor brings it back
+        victim = next(p for p in procs if p.name == "svc-worker-1")
+        pid = victim.pid()
+        assert pid is not None
+        os.killpg(pid, signal.SIGKILL)
+        http = values["LORAPLANE_GATEWAY_HTTP"]
+        auth = {"Authorization": f"Bearer {values['LORAPLANE_DEMO_API_KEY']}"}
+        adapter = values["LORAPLANE_DEMO_ADAPTERS"].split(",")[0]
+        time.sleep(3)  # > 2 failed probes: the gateway has routed around it
+        codes = []
+        with httpx.Client(timeout=60) as client:
+            for _ in range(10):
+                r = client.post(f"{http}/v1/completions", headers=auth,
+                                json={"model": adapter, "prompt": "Hi", "max_tokens": 2})
+                codes.append(r.status_code)
+        assert codes == [200] * 10, codes
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            status = subprocess.run([_cli(), "status"], env=env, capture_output=True,
+                                    text=True, timeout=60, check=False)
+            line = next(x for x in status.stdout.splitlines() if "svc-worker-1 " in x)
+            if status.returncode == 0 and victim.pid() not in (None, pid):
+                break
+            time.sleep(2)
+        else:
+            raise AssertionError(f"worker-1 was not restarted:\n{status.stdout}")
+        assert line.startswith("ok") and "restarts 1" in line, line
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -1,0 +1,157 @@
+"""The supervisor's restart policy (fake components, monotonic time injected), replicas
+and what `make status` reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loraplane.stack.components import Component, Health
+from loraplane.stack.services import REPLICA_PORT_STRIDE, SERVICES, scrape_targets
+from loraplane.stack.settings import StackSettings
+from loraplane.stack.supervisor import (
+    Supervisor,
+    backoff_s,
+    read_restarts,
+    service_env,
+    service_processes,
+)
+
+
+class FakeComponent(Component):
+    """Healthy while ``alive``; ``launch`` brings it back after ``boot_checks`` checks."""
+
+    def __init__(self, settings: StackSettings, name: str, boot_checks: int = 1) -> None:
+        self.name = name
+        super().__init__(settings)
+        self.alive = True
+        self.launches = 0
+        self.after_starts = 0
+        self.boot_checks = boot_checks
+        self._booting = 0
+        self.pid_value: int | None = 1
+
+    def health(self) -> Health:
+        if not self.alive and self._booting:
+            self._booting -= 1
+            self.alive = self._booting == 0
+        return Health(self.name, self.alive, "ok" if self.alive else "not running")
+
+    def pid(self) -> int | None:
+        return self.pid_value
+
+    def launch(self) -> None:
+        self.launches += 1
+        self._booting = self.boot_checks
+
+    def after_start(self) -> None:
+        self.after_starts += 1
+
+    def start_timeout_s(self) -> float:
+        return 30.0
+
+
+class FakeStack:
+    def __init__(self, components: list[Component]) -> None:
+        self.components = components
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> StackSettings:
+    return StackSettings(profile="run", port_base=24000, data_dir=tmp_path,
+                         restart_backoff_s=1.0, restart_backoff_max_s=8.0,
+                         restart_stable_s=60.0)
+
+
+def _supervisor(settings: StackSettings, comps: list[Component]) -> Supervisor:
+    sup = Supervisor(settings, echo=lambda _: None)
+    sup.stack = FakeStack(comps)  # type: ignore[assignment]
+    return sup
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    assert [backoff_s(n, 1.0, 8.0) for n in range(6)] == [1, 2, 4, 8, 8, 8]
+
+
+def test_crashed_component_is_restarted_counted_and_set_up_again(
+    settings: StackSettings,
+) -> None:
+    comp = FakeComponent(settings, "tansu", boot_checks=2)
+    sup = _supervisor(settings, [comp])
+    sup._check(comp, 100.0)
+    assert comp.launches == 0
+    comp.alive = False
+    sup._check(comp, 101.0)  # found dead: restarted at once
+    assert comp.launches == 1
+    sup._check(comp, 101.5)  # coming up: not restarted again meanwhile
+    sup._check(comp, 102.0)
+    assert comp.launches == 1 and comp.alive and comp.after_starts == 1
+    assert read_restarts(settings) == {"tansu": 1}
+    assert sup.registry.get_sample_value(
+        "loraplane_component_restarts_total", {"component": "tansu"}) == 1
+    assert sup.registry.get_sample_value("loraplane_component_up", {"component": "tansu"}) == 1
+
+
+def test_a_crash_loop_backs_off_and_stability_resets_it(settings: StackSettings) -> None:
+    comp = FakeComponent(settings, "svc-worker-1")
+    comp.pid_value = None  # the process dies at once after each launch
+    sup = _supervisor(settings, [comp])
+    comp.alive = False
+    comp.boot_checks = 0
+    launches_at = []
+    t = 0.0
+    while t < 40:
+        before = comp.launches
+        sup._check(comp, t)
+        if comp.launches > before:
+            launches_at.append(t)
+        t += 0.5
+    assert launches_at[:5] == [0.0, 1.0, 3.0, 7.0, 15.0]  # 1, 2, 4, 8, then 8 s apart
+    assert launches_at[5] == 23.0
+    # it comes up and stays up for restart_stable_s: the next crash restarts at once
+    comp.boot_checks = 1
+    sup._check(comp, 100.0)
+    sup._check(comp, 100.5)
+    assert comp.alive
+    sup._check(comp, 200.0)
+    comp.alive = False
+    n = comp.launches
+    sup._check(comp, 200.5)
+    assert comp.launches == n + 1
+
+
+def test_component_restarted_by_someone_else_is_adopted(settings: StackSettings) -> None:
+    comp = FakeComponent(settings, "seaweedfs")
+    sup = _supervisor(settings, [comp])
+    comp.alive = False
+    comp.pid_value = None
+    comp.launch = lambda: None  # type: ignore[method-assign]  # our restart fails to spawn
+    sup._check(comp, 0.0)
+    comp.alive, comp.pid_value = True, 4242  # `stack up` from another shell started it
+    sup._check(comp, 0.5)
+    assert sup.registry.get_sample_value("loraplane_component_up",
+                                         {"component": "seaweedfs"}) == 1
+    sup._check(comp, 100.0)
+    assert read_restarts(settings) == {"seaweedfs": 1}  # nothing restarted after adoption
+
+
+def test_two_workers_by_default_each_with_its_own_ports_id_and_state(
+    settings: StackSettings,
+) -> None:
+    procs = service_processes(settings, service_env(settings))
+    workers = [p for p in procs if p.spec.name == "worker"]
+    assert [p.name for p in workers] == ["svc-worker", "svc-worker-1"]
+    env0, env1 = workers[0].env(), workers[1].env()
+    assert (env0["LORAPLANE_WORKER_ID"], env1["LORAPLANE_WORKER_ID"]) == ("worker-0", "worker-1")
+    assert env0["LORAPLANE_WORKER_HOST_DIR"] != env1["LORAPLANE_WORKER_HOST_DIR"]
+    p0, p1 = (int(e["LORAPLANE_WORKER_GRPC_PORT"]) for e in (env0, env1))
+    assert p1 - p0 == REPLICA_PORT_STRIDE
+    every = [port for p in procs for port in p.ports().values()]
+    assert len(every) == len(set(every)), "two service processes share a port"
+    spec = next(s for s in SERVICES if s.name == "worker")
+    assert scrape_targets(settings)["worker"] == [
+        spec.ports(settings, i)["METRICS_PORT"] for i in range(2)]
+    one = StackSettings(profile="run", port_base=24000, data_dir=settings.root, workers=1)
+    assert [p.name for p in service_processes(one, service_env(one))
+            if p.spec.name == "worker"] == ["svc-worker"]
