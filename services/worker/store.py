@@ -58,10 +58,17 @@ class MinioStore:
         self, endpoint: str, access_key: str, secret_key: str, *, secure: bool = False
     ) -> None:
         """Client for ``endpoint`` (``host:port``)."""
+        self.endpoint = endpoint
         self.client = Minio(
             endpoint, access_key=access_key, secret_key=secret_key, secure=secure,
             region="us-east-1",
         )
+
+    def _failed(self, what: str, exc: BaseException) -> str:
+        """The message of a failed read, naming the object store (unreachable or erring)."""
+        if isinstance(exc, S3Error):
+            return f"object store at {self.endpoint}: {what} failed: {exc.code}: {exc.message}"
+        return f"cannot reach the object store at {self.endpoint}: {what} failed: {exc}"
 
     def list_objects(self, bucket: str, prefix: str) -> list[ObjectInfo]:
         """Objects below ``prefix``."""
@@ -72,18 +79,18 @@ class MinioStore:
                 if o.object_name is not None and not o.is_dir
             ]
         except (S3Error, HTTPError, OSError) as exc:
-            raise DownloadFailed(f"listing s3://{bucket}/{prefix} failed: {exc}") from exc
+            raise DownloadFailed(self._failed(f"listing s3://{bucket}/{prefix}", exc)) from exc
 
     def iter_object(self, bucket: str, key: str) -> Iterator[bytes]:
         """Stream the object."""
         try:
             resp = self.client.get_object(bucket, key)
         except (S3Error, HTTPError, OSError) as exc:
-            raise DownloadFailed(f"GET s3://{bucket}/{key} failed: {exc}") from exc
+            raise DownloadFailed(self._failed(f"GET s3://{bucket}/{key}", exc)) from exc
         try:
             yield from resp.stream(CHUNK_BYTES)
         except (S3Error, HTTPError, OSError) as exc:
-            raise DownloadFailed(f"reading s3://{bucket}/{key} failed: {exc}") from exc
+            raise DownloadFailed(self._failed(f"reading s3://{bucket}/{key}", exc)) from exc
         finally:
             resp.close()
             resp.release_conn()

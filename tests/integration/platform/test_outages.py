@@ -44,7 +44,7 @@ from loraplane.registry.testing import TOKEN, registry_settings
 from loraplane.shared.errors import LoraplaneError
 from loraplane.shared.migrations import migrate_up
 from loraplane.stack.stack import Stack
-from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc, worker_pb2, worker_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
@@ -372,11 +372,35 @@ async def test_postgres_outage_keeps_hot_serving_and_release_fails_fast(
     await eventually(released, timeout_s=120, every_s=2)
 
 
-async def test_object_store_outage_keeps_hot_serving_and_release_fails_fast(
+async def _cold_load(p: Platform, version: str) -> grpc.aio.AioRpcError | None:
+    """A background request for a COLD version, straight to the worker (as the gateway
+    routes it): the worker must fetch it from the object store."""
+    info = p.gateway.gateway.catalog.lookup(TENANT, "support").versions[version]
+    req = worker_pb2.WorkerGenerateRequest(
+        request_id=uuid.uuid4().hex, request_class=BACKGROUND, cold_budget_ms=30_000,
+        engine_id=info.engine_id, sha256=info.sha256, artifact_uri=info.artifact_uri,
+        rank=info.rank, size_bytes=info.size_bytes, base_model=p.demo.base_model.name,
+        params=inference_pb2.GenerateRequest(adapter="support", prompt="Hi", max_tokens=1),
+    )
+    req.adapter.tenant_id, req.adapter.adapter_name, req.adapter.version = (
+        TENANT, "support", version)
+    req.adapter.base_model = p.demo.base_model.name
+    async with grpc.aio.insecure_channel(p.worker.grpc_address) as ch:
+        try:
+            [m async for m in worker_pb2_grpc.WorkerInternalStub(ch).Generate(req, timeout=60)]
+        except grpc.aio.AioRpcError as err:
+            return err
+    return None
+
+
+async def test_object_store_outage_keeps_hot_serving_and_cold_work_fails_fast(
     platform: Platform,
 ) -> None:
     p = platform
     await _make_hot(p)
+    cold = "2026-11-02.1"  # admitted in the broker case, never loaded
+    assert p.gateway.gateway.placement.tier(p.worker.settings.worker_id, p.gateway.gateway
+        .catalog.lookup(TENANT, "support").versions[cold].engine_id) == common_pb2.TIER_COLD
     async with steady_load(p) as load:
         await asyncio.sleep(1)
         p.stack.seaweedfs.kill()
@@ -384,15 +408,23 @@ async def test_object_store_outage_keeps_hot_serving_and_release_fails_fast(
             t0 = time.monotonic()
             result = await p.release("2026-11-04.1", ok=False, wait_s=5)
             release_in = time.monotonic() - t0
-            await asyncio.sleep(3)
+            t0 = time.monotonic()
+            err = await _cold_load(p, cold)
+            cold_in = time.monotonic() - t0
         finally:
             p.stack.seaweedfs.start()
         await asyncio.sleep(1)
     _assert_all_hot(load, "object store outage")
     out = result.stdout + result.stderr
-    assert result.exit_code not in (0, 3), out
+    assert result.exit_code == 5, out  # the documented "a component is unreachable"
+    assert "object store" in out, out
+    assert err is not None and err.code() == grpc.StatusCode.UNAVAILABLE, err
+    assert "cannot reach the object store" in (err.details() or ""), err.details()
     print(f"\n[measure] object store down: {load.total} HOT requests "
-          f"{dict(load.outcomes)}; release refused in {release_in:.1f}s: {out.strip()[:160]}")
+          f"{dict(load.outcomes)}; release refused in {release_in:.1f}s: {out.strip()[:160]}; "
+          f"cold load refused in {cold_in:.1f}s: {err.details()[:120]}")
+    # back: the same worker loads it without a restart
+    assert await _cold_load(p, cold) is None
     # back: a release is admitted again without restarting a service
     async def released() -> bool:
         r = await p.release("2026-11-04.1", ok=False, wait_s=120)
