@@ -228,8 +228,8 @@ class AdapterManager:
         self._claims: Counter[int] = Counter()
         """Requests holding or waiting for each version (from :meth:`use`'s start to its
         end): a claimed version is never a victim."""
-        self._slot_waiting: set[int] = set()
-        """Versions whose load waits in :attr:`slot_queue` now."""
+        self._slot_waiting: dict[int, Ticket[asyncio.Future[None] | None]] = {}
+        """Versions whose load is parked in :attr:`slot_queue` now, with its ticket."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -505,19 +505,22 @@ class AdapterManager:
                                                        "queue_full").inc()
                         raise SlotQueueFull(f"no HOT slot for {spec.name}: {exc}; {cause}",
                                             retry_after_s=self.slot_retry_after_s) from None
-                    self._slot_waiting.add(spec.engine_id)
                     self._set_queue_gauges()
                 fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 ticket.payload = fut
                 timeout = None if wait.deadline is None else max(0.0, wait.deadline - now)
+                # only while parked here: this task holds the version lock, so any other
+                # task of the version is parked on that lock (both safe to cancel)
+                self._slot_waiting[spec.engine_id] = ticket
                 try:
                     await asyncio.wait_for(fut, timeout)
                 except TimeoutError:
                     raise self._no_slot(spec, cause, waited_from, klass_name) from None
+                finally:
+                    self._slot_waiting.pop(spec.engine_id, None)
         finally:
             if ticket is not None:
                 self.slot_queue.remove(ticket)
-                self._slot_waiting.discard(spec.engine_id)
                 self._set_queue_gauges()
             if done or ticket is not None:
                 self._room_changed()  # more room may be left; a woken waiter may have left
@@ -699,7 +702,7 @@ class AdapterManager:
                     raise AdapterCold(f"{spec.name} is not on this worker")
                 task = asyncio.ensure_future(self._load_and_report(spec, never_evict, wait))
                 task.add_done_callback(_retrieve)  # a timed-out waiter must not lose its error
-                await self._await_load(spec, task, cold_timeout_s if p is None else None, wait)
+                await self._await_load(spec, task, p is None, wait)
             assert p is not None
             if p.spec.sha256 != spec.sha256:
                 raise DigestMismatch(f"{spec.name}: held with another sha256")
@@ -732,24 +735,41 @@ class AdapterManager:
             self._room_changed()
 
     async def _await_load(self, spec: ArtifactSpec, task: asyncio.Future[LoadOutcome],
-                          cold_timeout_s: float | None, wait: SlotWait) -> None:
-        """Wait for a request's load. A COLD one is bounded by ``cold_timeout_s`` while it
-        fetches (the fetch goes on for the next request); once it waits for a HOT slot its
-        own deadline (the same budget) ends it with :class:`NoSlot`. A cancelled request
-        takes its load out of the slot queue."""
+                          cold: bool, wait: SlotWait) -> None:
+        """Wait for a request's load, at most until ``wait.deadline``.
+
+        A load already parked in the slot queue for this version (another request's) takes
+        this request's place when that is earlier (:meth:`SlotQueue.inherit`). At the
+        deadline: parked for a slot → :class:`NoSlot` (this request's task, parked on the
+        version lock or in the queue, is cancelled); still fetching a COLD version →
+        :class:`AdapterCold` (the fetch goes on for the next request); otherwise (a
+        command holds the version) it keeps waiting. A cancelled request takes its load
+        out of the queue."""
+        waited_from = self.monotonic()
+        parked = self._slot_waiting.get(spec.engine_id)
+        if parked is not None and self.slot_queue.inherit(parked, wait.request_class):
+            self._set_queue_gauges()
         try:
-            if cold_timeout_s is None:
-                await asyncio.shield(task)
-                return
+            timeout = None if wait.deadline is None else max(0.0, wait.deadline - waited_from)
             try:
-                await asyncio.wait_for(asyncio.shield(task), cold_timeout_s)
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+                return
             except TimeoutError:
-                if spec.engine_id not in self._slot_waiting:
-                    raise AdapterCold(
-                        f"{spec.name} is loading; not HOT within {cold_timeout_s:.3f}s",
-                        retry_after_s=1.0,
-                    ) from None
-                await asyncio.shield(task)  # ends by the slot deadline: served or NoSlot
+                pass
+            if spec.engine_id in self._slot_waiting:
+                task.cancel()
+                await asyncio.wait({task})  # out of the queue before the answer
+                klass = POLICY_CLASSES.get(wait.request_class, RequestClass.BACKGROUND).value
+                raise self._no_slot(
+                    spec, f"its load waits for a slot; {self.hot_count()} versions HOT = "
+                    f"capacity {self.hot_capacity} ({self.choose_victim().why_none})",
+                    waited_from, klass) from None
+            if cold and spec.engine_id not in self.placements:
+                raise AdapterCold(
+                    f"{spec.name} is loading; not HOT within "
+                    f"{self.monotonic() - waited_from:.3f}s", retry_after_s=1.0,
+                ) from None
+            await asyncio.shield(task)
         except asyncio.CancelledError:
             if not task.done() and spec.engine_id in self._slot_waiting:
                 task.cancel()

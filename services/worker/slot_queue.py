@@ -8,7 +8,9 @@ queue refuses (:class:`QueueFull`). Each waiter has a deadline (what is left of 
 budget), kept with it for the caller's timers.
 
 The asyncio side (futures, wake-ups) lives in :class:`~loraplane.worker.manager.AdapterManager`;
-this module only decides order, bound and expiry.
+this module only decides order and bound. A request that needs the version a queued load
+is for *joins* it (:meth:`SlotQueue.inherit`): the load moves up to where that request
+would queue, never down.
 """
 
 from __future__ import annotations
@@ -88,6 +90,18 @@ class SlotQueue(Generic[T]):
         self._tickets.append(ticket)
         self._tickets.sort(key=lambda t: t.key)
         return ticket
+
+    def inherit(self, ticket: Ticket[T], request_class: int) -> bool:
+        """A request of ``request_class`` joins the load ``ticket`` waits for (same version):
+        the ticket takes the place that request would get as a newcomer when that place
+        is earlier (no priority inversion: an interactive request never waits behind the
+        background one whose load it needs). Returns whether the ticket moved."""
+        key = (self.rank_of(request_class), next(self._seq))
+        if key >= ticket.key or ticket not in self._tickets:
+            return False
+        ticket.rank, ticket.seq = key
+        self._tickets.sort(key=lambda t: t.key)
+        return True
 
     def remove(self, ticket: Ticket[T]) -> None:
         """Take a waiter out (no-op if it is not queued)."""

@@ -287,3 +287,37 @@ async def test_a_request_for_the_victim_during_its_demotion_waits_and_is_served(
     for h in (newcomer, again):
         await h.done()
     assert rig.model.violations == []
+
+
+async def test_an_interactive_request_never_waits_behind_a_background_load_it_needs(
+    rig: Rig, make_adapter: MakeAdapter
+) -> None:
+    m = rig.manager
+    busy = await fill(rig, make_adapter)
+    order: list[str] = []
+    shared, other = make_adapter("shared"), make_adapter("other")
+    await m.load(shared, TIER_WARM)
+    bg_other = hold(rig, other, klass=B, log=order, name="bg-other")
+    await until(lambda: len(m.slot_queue) == 1)
+    bg_shared = hold(rig, shared, klass=B, log=order, name="bg-shared")
+    await until(lambda: len(m.slot_queue) == 2)
+    # an interactive request for "shared" joins its queued load: it moves ahead
+    inter = hold(rig, shared, klass=I, log=order, name="i-shared")
+    await until(lambda: next(iter(m.slot_queue)).rank == 0)
+    await busy[0].done()
+    await until(lambda: len(order) == 2)
+    assert sorted(order) == ["bg-shared", "i-shared"]  # one load serves both
+    assert not bg_other.entered.is_set()
+    # and with its short budget spent while the load waits, it is refused at its own
+    # deadline (not the background request's 30 s)
+    late = make_adapter("late")
+    await m.load(late, TIER_WARM)
+    bg_late = hold(rig, late, klass=B)
+    await until(lambda: len(m.slot_queue) == 2)  # bg-other, bg-late; nothing is free
+    with pytest.raises(NoSlot, match="no HOT slot for acme/late@v1"):
+        async with m.use(late, allow_cold=True, request_class=I, cold_timeout_s=0.05):
+            pass
+    assert not bg_late.task.done()  # the background request still waits for its slot
+    for h in [*busy[1:], inter, bg_shared, bg_other, bg_late]:
+        await h.done()
+    assert rig.model.violations == []

@@ -53,3 +53,19 @@ def test_unknown_classes_rank_as_background_and_depth_must_be_positive() -> None
     assert [t.payload for t in q] == ["c", "odd", "b"]
     with pytest.raises(ValueError):
         SlotQueue(0)
+
+
+def test_a_joining_request_lifts_the_load_it_needs_never_lowers_it() -> None:
+    q: SlotQueue[str] = SlotQueue(10)
+    bg = q.push(B, 0.0, 30.0, "bg-load-of-v")
+    q.push(I, 1.0, 1.3, "i-early")
+    q.push(B, 2.0, 32.0, "bg-other")
+    # an interactive request for v arrives: v's load moves to where it would queue
+    # (behind the interactive request that came before it, ahead of every background one)
+    assert q.inherit(bg, I)
+    assert [t.payload for t in q] == ["i-early", "bg-load-of-v", "bg-other"]
+    # a background request for v changes nothing (it would queue later)
+    assert not q.inherit(bg, B)
+    assert [t.payload for t in q] == ["i-early", "bg-load-of-v", "bg-other"]
+    q.remove(bg)
+    assert not q.inherit(bg, I)  # no longer queued
