@@ -97,6 +97,9 @@ class StackSettings(BaseSettings):
     after each restart that did not stay up, up to ``restart_backoff_max_s``."""
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     """Longest delay between restarts of one component."""
+    restart_unhealthy_s: float = Field(default=30.0, gt=0)
+    """A running process that fails every health check this long is restarted (a busy
+    one can miss a check; a dead one is restarted at once)."""
     restart_stable_s: float = Field(default=60.0, gt=0)
     """Healthy this long after a restart, a component's backoff starts over."""
 

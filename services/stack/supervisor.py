@@ -7,7 +7,8 @@ answers, writes ``.loraplane/demo.env``, exports component health on its own
 ``/metrics`` (scraped by Prometheus), and on SIGINT / SIGTERM stops everything it
 started, services first.
 
-Restart policy: every component and service found unhealthy is restarted with
+Restart policy: every component and service whose process is gone, or that has
+failed every health check for ``restart_unhealthy_s`` (hung), is restarted with
 exponential backoff (``restart_backoff_s`` doubling up to ``restart_backoff_max_s``;
 the backoff starts over once it has stayed healthy ``restart_stable_s``). A restart
 only spawns the process; the supervisor keeps watching the others while it comes up
@@ -172,6 +173,8 @@ class _Restarts:
     """Post-start setup still to run once it is healthy."""
     up_since: float | None = None
     """When it was last seen back up after a restart."""
+    unhealthy_since: float | None = None
+    """Since when its (running) process has failed every health check."""
 
 
 def write_env_file(path: Path, values: dict[str, str]) -> None:
@@ -280,15 +283,25 @@ class Supervisor:
                 self.echo(f"{comp.name} is back after {now - r.launched_at:.1f}s")
                 r.launched_at = None
                 r.up_since = now
+            r.unhealthy_since = None
             if r.failures and r.up_since is not None and now - r.up_since >= s.restart_stable_s:
                 r.failures = 0
             return
         r.up_since = None
-        coming_up = r.launched_at is not None and comp.pid() is not None
+        alive = comp.pid() is not None
+        coming_up = r.launched_at is not None and alive
         if coming_up and now - r.launched_at < comp.start_timeout_s():  # type: ignore[operator]
             return
+        if alive and r.launched_at is None:
+            # Running but not answering: a busy process can miss a check; restart only
+            # once it has failed every check for ``restart_unhealthy_s``.
+            if r.unhealthy_since is None:
+                r.unhealthy_since = now
+            if now - r.unhealthy_since < s.restart_unhealthy_s:
+                return
         if now < r.next_at:
             return
+        r.unhealthy_since = None
         self.echo(f"warning: {comp.name} is unhealthy ({h.detail}); restarting "
                   f"(restart {r.count + 1}); log: {comp.log}")
         try:

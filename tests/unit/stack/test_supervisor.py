@@ -81,9 +81,10 @@ def test_crashed_component_is_restarted_counted_and_set_up_again(
     sup = _supervisor(settings, [comp])
     sup._check(comp, 100.0)
     assert comp.launches == 0
-    comp.alive = False
+    comp.alive, comp.pid_value = False, None  # the process is gone
     sup._check(comp, 101.0)  # found dead: restarted at once
     assert comp.launches == 1
+    comp.pid_value = 2
     sup._check(comp, 101.5)  # coming up: not restarted again meanwhile
     sup._check(comp, 102.0)
     assert comp.launches == 1 and comp.alive and comp.after_starts == 1
@@ -155,3 +156,23 @@ def test_two_workers_by_default_each_with_its_own_ports_id_and_state(
     one = StackSettings(profile="run", port_base=24000, data_dir=settings.root, workers=1)
     assert [p.name for p in service_processes(one, service_env(one))
             if p.spec.name == "worker"] == ["svc-worker"]
+
+
+def test_a_busy_component_missing_checks_is_restarted_only_when_hung(
+    settings: StackSettings,
+) -> None:
+    comp = FakeComponent(settings, "svc-worker")
+    sup = _supervisor(settings, [comp])
+    comp.alive = False  # process running, /metrics not answering
+    comp.boot_checks = 0
+    for t in (0.0, 5.0, 29.0):
+        sup._check(comp, t)
+    assert comp.launches == 0
+    comp.alive = True  # it answers again: the clock starts over
+    sup._check(comp, 29.5)
+    comp.alive = False
+    sup._check(comp, 40.0)
+    sup._check(comp, 69.0)
+    assert comp.launches == 0
+    sup._check(comp, 70.5)  # failed every check for 30 s: hung, restarted
+    assert comp.launches == 1
