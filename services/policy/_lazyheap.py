@@ -39,6 +39,10 @@ class LazyHeap:
         """Remove ``v`` (its heap entries become stale)."""
         self._key.pop(v, None)
 
+    def members(self) -> list[int]:
+        """Current members (any order)."""
+        return list(self._key)
+
     def key(self, v: int) -> float:
         """Current key of ``v``."""
         return self._key[v][0]

@@ -111,6 +111,10 @@ class NeverEvictConfig:
     """Most HOT slots (per worker and base model) that protected canaries may hold pinned."""
     hot_share_priority: float = 0.125
     """Most HOT slots (per worker and base model) that protected priorities may hold pinned."""
+    warm_share: float = 0.4
+    """Most host bytes per worker that protected versions (canaries and priorities together) hold
+    protected in WARM; beyond it the lowest-valued protected versions compete like any other
+    and each such eviction is counted as a protection overflow (online policy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +156,30 @@ class PlacementConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    """The online victim choice of the heat policy (``adaptive.py``): experts over shadow
+    caches on a request clock."""
+
+    enabled: bool = True
+    """Online (simulator) heat picks victims by the adaptive experts; false: the plain score."""
+    hot_tau_per_slot: float = 25.0
+    """HOT decayed-count time constant, in requests per HOT slot of the cluster (25: the 300 s
+    of ``score.rate_window_s`` on the conv-1h reference trace, 4 workers x 16 slots)."""
+    warm_tau_per_slot: float = 300.0
+    """WARM decayed-count time constant, in requests per HOT slot of the cluster."""
+    expert_window_per_slot: float = 8.0
+    """HOT shadow hit counts decay over this many requests per slot of the group."""
+    warm_expert_window_per_slot: float = 512.0
+    """WARM shadow scores decay over this many requests per HOT slot of the worker (WARM
+    residency is far longer than HOT's: 8 per slot switched experts too often, −10 % cold
+    starts on large-1h from 8 to 512)."""
+    pin_idle_per_slot: float = 2.0
+    """A protected HOT version keeps its pinned slot while idle for fewer than this many
+    requests per slot of its group (and less than ``demote.idle_minutes``): a pin protects a
+    live stream, not a one-off request of a protected tenant."""
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """Full configuration of the cache policies (the heat policy uses all of it)."""
 
@@ -160,6 +188,7 @@ class PolicyConfig:
     demote: DemoteConfig = field(default_factory=DemoteConfig)
     evict: EvictConfig = field(default_factory=EvictConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
 
     def protected_priorities(self) -> frozenset[Priority]:
         """Priorities protected by never-evict."""
@@ -296,7 +325,7 @@ def _never_evict(problems: list[str], raw: Any) -> NeverEvictConfig:
                 "never_evict.in_flight: must stay true (evicting an adapter with in-flight "
                 "requests breaks them and can kill the engine)"
             )
-    for key in ("hot_share_canary", "hot_share_priority"):
+    for key in ("hot_share_canary", "hot_share_priority", "warm_share"):
         if key in d:
             kwargs[key] = _number(problems, f"never_evict.{key}", d[key], lo=0.0, hi=1.0)
     if "priorities" in d:
@@ -362,6 +391,18 @@ def _placement(problems: list[str], raw: Any) -> PlacementConfig:
     return cfg
 
 
+def _adaptive(problems: list[str], raw: Any) -> AdaptiveConfig:
+    d = _section(problems, "adaptive", raw, AdaptiveConfig)
+    kwargs: dict[str, Any] = {}
+    if "enabled" in d:
+        kwargs["enabled"] = _boolean(problems, "adaptive.enabled", d["enabled"])
+    for key in ("hot_tau_per_slot", "warm_tau_per_slot", "expert_window_per_slot",
+                "warm_expert_window_per_slot", "pin_idle_per_slot"):
+        if key in d:
+            kwargs[key] = _positive(problems, f"adaptive.{key}", d[key])
+    return AdaptiveConfig(**kwargs)
+
+
 def config_from_mapping(raw: Mapping[str, Any] | None) -> PolicyConfig:
     """Build a :class:`PolicyConfig` from parsed YAML/JSON; raise with every problem found."""
     problems: list[str] = []
@@ -376,6 +417,7 @@ def config_from_mapping(raw: Mapping[str, Any] | None) -> PolicyConfig:
         demote=_demote(problems, top.get("demote")),
         evict=_evict(problems, top.get("evict")),
         placement=_placement(problems, top.get("placement")),
+        adaptive=_adaptive(problems, top.get("adaptive")),
     )
     if problems:
         raise PolicyConfigError(problems)

@@ -19,6 +19,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
 from ._lazyheap import LazyHeap
+from .adaptive import AdaptiveHeatOnline
 from .config import PolicyConfig
 from .model import PRIORITIES, REQUEST_CLASSES, Tier
 from .online import OnlineContext
@@ -410,8 +411,11 @@ class HeatPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config or PolicyConfig()
 
-    def online(self, ctx: OnlineContext) -> HeatOnline:
-        """Fresh online state for the simulator."""
+    def online(self, ctx: OnlineContext) -> HeatOnline | AdaptiveHeatOnline:
+        """Fresh online state for the simulator: the adaptive experts (``adaptive.py``) unless
+        ``adaptive.enabled`` is false, then the plain heat score."""
+        if self.config.adaptive.enabled:
+            return AdaptiveHeatOnline(ctx, self.config)
         return HeatOnline(ctx, self.config)
 
     # -- planning -----------------------------------------------------------------------------

@@ -403,4 +403,5 @@ def simulate(
         capacities=capacities,
         cost_model=cost,
         trace=trace.name,
+        extra={"protection_overflows": int(getattr(pol, "protection_overflows", 0))},
     )

@@ -243,10 +243,14 @@ def test_each_policy_is_registered_once() -> None:
 
 
 class CheckedHeat(HeatPolicy):
-    """Heat whose WARM victim is checked against a plain scan of every member."""
+    """Plain heat (``adaptive.enabled: false``) whose WARM victim is checked against a plain
+    scan of every member."""
 
     def online(self, ctx: OnlineContext) -> HeatOnline:
-        inner = super().online(ctx)
+        from dataclasses import replace
+
+        cfg = replace(self.config, adaptive=replace(self.config.adaptive, enabled=False))
+        inner = HeatOnline(ctx, cfg)
         members: list[set[int]] = [set() for _ in range(ctx.n_workers)]
         insert, remove, victim = inner.on_insert_warm, inner.on_remove_warm, inner.warm_victim
 
