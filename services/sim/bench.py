@@ -320,6 +320,14 @@ def _mark(name: str, status: str) -> str:
     return f"[yellow]– {name}: {status}[/]"
 
 
+def unprotected(cfg: PolicyConfig) -> PolicyConfig:
+    """``cfg`` with no never-evict protection (canaries, priorities): the cold-start ceiling of
+    the business rules."""
+    from dataclasses import replace
+
+    return replace(cfg, never_evict=replace(cfg.never_evict, priorities=(), active_canary=False))
+
+
 def peer_status(
     verdict: dict[str, bool], figures: list[dict[str, Any]],
     best: dict[str, tuple[str, float]], targets: Targets,
@@ -385,7 +393,8 @@ def summary_table(cases: list[dict[str, Any]]) -> Table:
     table = Table(title="summary: heat against the best online baseline (ours + libCacheSim)",
                   title_justify="left")
     for c in ("case", "heat HOT", "LRU HOT", "best online HOT", "Belady HOT", "cold heat",
-              "cold LRU", "cold best", "int p99 heat", "int p99 LRU", "int p99 best", "heat req/s"):
+              "cold LRU", "cold best", "int p99 heat", "int p99 LRU", "int p99 best", "overflows",
+              "heat req/s"):
         table.add_column(c, justify="left" if c == "case" else "right")
     for case in cases:
         by = {f["policy"]: f for f in case["results"]}
@@ -403,6 +412,7 @@ def summary_table(cases: list[dict[str, Any]]) -> Table:
             f"{best['cold_starts'][1]:.0f} {best['cold_starts'][0]}",
             f"{p99(heat):.0f}", f"{p99(lru):.0f}",
             f"{best['interactive_p99_ms'][1]:.0f} {best['interactive_p99_ms'][0]}",
+            str(heat.get("protection_overflows", 0)),
             f"{heat['sim_requests_per_s']:,.0f}",
         )
     return table
@@ -484,9 +494,22 @@ def main(argv: list[str] | None = None) -> int:
                 speed = f">= {targets.gentd26_requests_per_s:,.0f} req/s"
                 verdict[speed] = heat_rps >= targets.gentd26_requests_per_s
                 status[speed] = "met" if verdict[speed] else f"missed ({heat_rps:,.0f})"
+            overflows = int(results["heat"].extra.get("protection_overflows", 0))
+            plat = "0 platinum cold starts"
+            if not verdict[plat] and overflows:
+                status[plat] = f"unreachable (protected set over its share: {overflows} overflows)"
             vs_best = peer_checks(figures, best, targets)
             verdict.update(vs_best)
             status.update(peer_status(vs_best, figures, best, targets))
+            if not vs_best["cold starts <= best"]:
+                # what the business rules cost: heat with nothing protected
+                free = unprotected(cfg)
+                ceiling["heat_cold_starts_without_protection"] = float(
+                    simulate(trace, make_policy("heat", free), caps, cost).cold_starts
+                )
+                status["cold starts <= best"] += (
+                    f"; without protection {ceiling['heat_cold_starts_without_protection']:.0f}"
+                )
             console.print(render(name, trace, caps, figures, peer))
             console.print(
                 f"  ceilings: heat/lru = {ceiling['heat_vs_lru']:.3f}, "
