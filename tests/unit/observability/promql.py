@@ -7,6 +7,7 @@ import importlib.util
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -87,5 +88,6 @@ def dashboard_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gen_dashboard", ROOT / "scripts/gen_dashboard.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["gen_dashboard"] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
