@@ -113,6 +113,7 @@ class _Tasks:
     http: asyncio.Task[None] | None = None
     bootstrap: asyncio.Task[None] | None = None
     prober: asyncio.Task[None] | None = None
+    keys: asyncio.Task[None] | None = None
 
 
 class GatewayApp:
@@ -189,6 +190,14 @@ class GatewayApp:
                 on_event=lambda topic: self.metrics.view_events.labels(topic).inc(),
             )
             self._tasks.feeder = asyncio.create_task(self.feeder.run())
+            g.auth.loaded = False  # until the replay of tenant.events caught up
+            feeder = self.feeder
+
+            async def keys_loaded() -> None:
+                await feeder.caught_up.wait()
+                g.auth.loaded = True
+
+            self._tasks.keys = asyncio.create_task(keys_loaded())
         if self.prober is not None:
             self._tasks.prober = asyncio.create_task(self.prober.run())
         self._tasks.flusher = asyncio.create_task(
@@ -268,8 +277,8 @@ class GatewayApp:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._tasks.http, max(0.1, grace_s - (time.monotonic()
                                                                              - started)))
-        for task in (self._tasks.prober, self._tasks.feeder, self._tasks.bootstrap,
-                     self._tasks.flusher):
+        for task in (self._tasks.prober, self._tasks.keys, self._tasks.feeder,
+                     self._tasks.bootstrap, self._tasks.flusher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

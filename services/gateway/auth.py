@@ -5,6 +5,11 @@ of revoked key ids and the disabled tenants. It is fed by ``tenant.events``
 (:meth:`AuthView.apply`), replayed from the beginning of the topic at start (the
 registry never sends secrets or hashes over its API, and the topic is durable).
 Revocation is sticky: a replayed ``ApiKeyCreated`` never resurrects a revoked key.
+
+Until the replay has caught up (``loaded`` is False: a gateway just started or
+restarted), a key the view does not know yet is not called invalid: the caller gets
+UNAVAILABLE with a retry hint (:class:`KeysLoading`), so a gateway restart never
+answers a valid key with 401.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from loraplane.shared.errors import PermissionDenied, Unauthenticated
+from loraplane.shared.errors import PermissionDenied, Unauthenticated, Unavailable
 from loraplane.v1 import events_pb2
 
 
@@ -38,6 +43,12 @@ class InvalidApiKey(Unauthenticated):
     code = "invalid_api_key"
 
 
+class KeysLoading(Unavailable):
+    """The key is not known yet because the key view is still replaying."""
+
+    code = "keys_loading"
+
+
 class TenantDisabled(PermissionDenied):
     """The key's tenant is disabled."""
 
@@ -52,8 +63,10 @@ def key_hash(secret: str) -> str:
 class AuthView:
     """API key hash → tenant, revocations and disabled tenants."""
 
-    def __init__(self) -> None:
-        """An empty view."""
+    def __init__(self, *, loaded: bool = True) -> None:
+        """An empty view; ``loaded=False`` until the caller says the replay caught up."""
+        self.loaded = loaded
+        """Whether every key created so far is in the view (the replay caught up)."""
         self._by_hash: dict[str, Principal] = {}
         self._revoked: set[str] = set()
         self._disabled: set[str] = set()
@@ -101,6 +114,9 @@ class AuthView:
         if not token:
             raise MissingApiKey("missing API key: send 'authorization: Bearer <key>'")
         principal = self._by_hash.get(key_hash(token))
+        if principal is None and not self.loaded:
+            raise KeysLoading("the gateway is still loading API keys (tenant.events); retry "
+                              "shortly", retry_after_s=1.0)
         if principal is None or principal.key_id in self._revoked:
             raise InvalidApiKey("invalid or revoked API key")
         if principal.tenant_id in self._disabled:

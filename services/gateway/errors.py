@@ -115,11 +115,18 @@ def retry_after_of(err: grpc.aio.AioRpcError) -> float | None:
     return None
 
 
+DEFAULT_RETRY_AFTER_S = 1.0
+"""Retry hint of a worker's UNAVAILABLE / RESOURCE_EXHAUSTED that carried none (a worker
+gone mid-stream, a version leaving it)."""
+
+
 def from_rpc_error(err: grpc.aio.AioRpcError, worker_id: str) -> LoraplaneError:
     """A classified error for a worker's failed call (status kept, retry hint kept)."""
     code = err.code()
     message = f"worker {worker_id}: {err.details() or code.name}"
     retry = retry_after_of(err)
+    if retry is None and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        retry = DEFAULT_RETRY_AFTER_S  # a retriable refusal always says when to retry
     cls = _CLASSES.get(code)
     if cls is not None:
         return cls(message, retry_after_s=retry)

@@ -73,3 +73,17 @@ def test_disabled_tenant_is_permission_denied_until_enabled() -> None:
     view.apply(tenant("acme", disabled=False))
     assert view.authenticate("s").tenant_id == "acme"
     assert view.tenants == {"acme"}
+
+
+def test_unknown_key_while_the_view_loads_is_unavailable_with_a_hint() -> None:
+    from loraplane.gateway.auth import KeysLoading
+
+    view = AuthView(loaded=False)
+    view.add_key("acme", "k1", key_hash("known"))
+    assert view.authenticate("known").tenant_id == "acme"  # a key already seen works
+    with pytest.raises(KeysLoading) as info:
+        view.authenticate("not-yet-replayed")
+    assert info.value.retry_after_s and info.value.grpc_code.name == "UNAVAILABLE"
+    view.loaded = True
+    with pytest.raises(InvalidApiKey):
+        view.authenticate("not-yet-replayed")
