@@ -32,6 +32,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -201,6 +202,7 @@ class Supervisor:
             "loraplane_component_restarts", "Restarts of a crashed or hung component by the "
             "supervisor.", ["component"], registry=self.registry)
         self._restarts: dict[str, _Restarts] = {}
+        self._metrics_server: Any = None
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -219,7 +221,8 @@ class Supervisor:
 
         created = asyncio.run(ensure_topics(self.s.kafka_bootstrap))
         self.echo(f"  topics      ready ({len(created)} created)")
-        start_http_server(self.s.supervisor_metrics_port, addr="127.0.0.1", registry=self.registry)
+        self._metrics_server, _ = start_http_server(
+            self.s.supervisor_metrics_port, addr="127.0.0.1", registry=self.registry)
         if prepare is not None:
             prepare(self)
         restarts_file(self.s).unlink(missing_ok=True)
@@ -332,6 +335,10 @@ class Supervisor:
             proc.stop()
         self.stack.down()
         restarts_file(self.s).unlink(missing_ok=True)
+        if self._metrics_server is not None:  # (in-process callers: the stress run)
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
         self.echo("stopped")
 
 
