@@ -19,6 +19,7 @@ import typer
 from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from loraplane.cache_manager.settings import DEFAULT_GRPC_PORT
 from loraplane.cache_manager.store import split_version_id
@@ -85,29 +86,53 @@ def status(
         }, indent=2))
         return
     console = Console()
-    wt = Table(title=f"workers ({len(shown)})")
-    for col in ("worker", "alive", "slots used/cap (pinned)", "host bytes", "HOT", "WARM"):
-        wt.add_column(col)
-    for w in shown:
+    for table in status_tables(shown, list(recent.decisions)):
+        console.print(table)
+
+
+def _bytes(n: int) -> str:
+    """``1536`` → ``1.5 KiB`` (short, so the workers table fits 80 columns)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def status_tables(
+    workers: list[cache_pb2.WorkerInfo], decisions: list[cache_pb2.Decision]
+) -> list[Table]:
+    """The three tables of ``loraplane cache status``, laid out for an 80-column terminal:
+    workers (one line each), placements (one version per line, HOT first) and decisions
+    (id over time, action over tiers, the version over its reason, heat and policy)."""
+    wt = Table(title=f"workers ({len(workers)})", title_justify="left")
+    for col in ("worker", "alive", "HOT slots used/cap (pinned)", "WARM bytes used/cap"):
+        wt.add_column(col, overflow="fold")
+    pt = Table(title="placements", title_justify="left")
+    for col in ("worker", "tier", "version", "pin", "in flight"):
+        pt.add_column(col, overflow="fold")
+    for w in workers:
         s = w.state
-        slots = ", ".join(f"{c.base_model}: {c.hot_slots_used}/{c.hot_slots_capacity} "
-                          f"({c.hot_slots_pinned})" for c in s.capacities)
-        hot = [_vid(p.adapter) + ("*" if p.pinned else "") for p in s.placements
-               if p.tier == common_pb2.TIER_HOT]
-        warm = [_vid(p.adapter) for p in s.placements if p.tier == common_pb2.TIER_WARM]
+        slots = "\n".join(f"{c.base_model}: {c.hot_slots_used}/{c.hot_slots_capacity} "
+                          f"({c.hot_slots_pinned})" for c in s.capacities) or "-"
         wt.add_row(s.worker_id, "yes" if w.alive else "GONE", slots,
-                   f"{s.warm_bytes_used:,}/{s.warm_bytes_capacity:,}",
-                   "\n".join(hot) or "-", "\n".join(warm) or "-")
-    console.print(wt)
-    dt = Table(title=f"recent decisions ({len(recent.decisions)})")
-    for col in ("id", "at (UTC)", "action", "version", "worker", "tiers", "reason", "heat", "by"):
-        dt.add_column(col)
-    for d in recent.decisions:
+                   f"{_bytes(s.warm_bytes_used)} / {_bytes(s.warm_bytes_capacity)}")
+        placed = sorted(s.placements, key=lambda p: (p.tier != common_pb2.TIER_HOT, _vid(p.adapter)))
+        for p in placed:
+            pt.add_row(s.worker_id, _TIER[p.tier], Text(_vid(p.adapter)),
+                       "yes" if p.pinned else "", str(p.in_flight) if p.in_flight else "")
+    dt = Table(title=f"recent decisions ({len(decisions)})", title_justify="left")
+    for col in ("id / at UTC", "action", "version / reason", "worker"):
+        dt.add_column(col, overflow="fold")
+    for d in decisions:
         at = d.at.ToDatetime(tzinfo=UTC).strftime("%H:%M:%S")
-        dt.add_row(str(d.id), at, _ACTION.get(d.action, "?"), _vid(d.adapter), d.worker_id,
-                   f"{_TIER[d.from_tier]}→{_TIER[d.to_tier]}", d.reason, f"{d.heat_score:.2f}",
-                   d.policy)
-    console.print(dt)
+        what = Text(_vid(d.adapter))
+        what.append(f"\n{d.reason} · heat {d.heat_score:.2f} · {d.policy}", style="dim")
+        dt.add_row(f"{d.id}\n{at}",
+                   f"{_ACTION.get(d.action, '?')}\n{_TIER[d.from_tier]}→{_TIER[d.to_tier]}",
+                   what, d.worker_id)
+    return [wt, pt, dt]
 
 
 @app.command("placement")
