@@ -21,7 +21,10 @@ One planning round (:meth:`Planner.plan`):
    one in flight or backing off (:class:`~loraplane.cache_manager.tracker.CommandTracker`),
    a load beyond a worker's slots, a pin that would leave no unpinned slot
    (engine killer: every slot pinned), a rank above the engine's ``max_lora_rank``,
-   a base model the worker does not serve, a version without artifact; then cap
+   a base model the worker does not serve, a version without artifact, and a demotion
+   or eviction of a protected version's last confirmed HOT replica (make before break:
+   a move of an active canary or platinum version loads the new replica first; the
+   old one goes in a later round, once the new one is reported HOT); then cap
    removals and loads per round.
 
 The result is an ordered list of :class:`~loraplane.cache_manager.model.CommandSpec`
@@ -177,6 +180,10 @@ class Round:
     plan: Plan
     dropped: int = 0
     """Commands the guards removed this round."""
+
+
+_REMOVES_HOT = frozenset({CommandKind.DEMOTE, CommandKind.EVICT})
+"""Commands that take a version out of HOT on a worker."""
 
 
 class Planner:
@@ -345,6 +352,9 @@ class Planner:
             and not (s.kind.frees and (s.worker_id, s.version_id) in protected_keys)
         ]
         candidates = sorted([*specs, *rule_specs], key=CommandSpec.sort_key)
+        self._keep_serving = frozenset(
+            s.version_id for s in candidates
+            if s.kind in _REMOVES_HOT and self._protected(snapshot, s.version_id))
         accepted, dropped = self._guard(state, tracker, candidates, now, notes)
         heat = {s.version_id: self.heat_of(snapshot, s.version_id, now) for s in accepted}
         accepted = [
@@ -649,6 +659,8 @@ class Planner:
         seen: set[tuple[str, str]] = set()
         removals = 0
         dropped = 0
+        removed_hot: dict[str, int] = {}
+        keep_serving = getattr(self, "_keep_serving", frozenset())
 
         def drop(spec: CommandSpec, why: str) -> None:
             nonlocal dropped
@@ -686,6 +698,17 @@ class Planner:
                 if spec.kind is CommandKind.DEMOTE and slot.tier is not Tier.HOT:
                     drop(spec, "not HOT")
                     continue
+                if (spec.kind in _REMOVES_HOT and slot.tier is Tier.HOT
+                        and spec.version_id in keep_serving):
+                    # Make before break: a protected version (active canary, protected
+                    # priority) keeps a confirmed HOT replica until its new one is HOT.
+                    confirmed = sum(
+                        1 for w in state.workers.values()
+                        if w.commandable() and w.tier_of(spec.version_id) is Tier.HOT
+                    ) - removed_hot.get(spec.version_id, 0)
+                    if confirmed <= 1:
+                        drop(spec, "last confirmed HOT replica of a protected version")
+                        continue
                 if spec.kind is not CommandKind.UNPIN:
                     if removals >= limits.max_removals_per_round:
                         drop(spec, "removal cap of the round reached")
@@ -743,6 +766,8 @@ class Planner:
                 drop(spec, "command cap of the round reached")
                 continue
             seen.add(key)
+            if spec.kind in _REMOVES_HOT and slot is not None and slot.tier is Tier.HOT:
+                removed_hot[spec.version_id] = removed_hot.get(spec.version_id, 0) + 1
             pr.apply(spec.kind, spec.version_id, spec.pin)
             accepted.append(spec)
         return accepted, dropped

@@ -7,14 +7,19 @@ sticky-revoked, pointers last-writer-wins by event time, snapshots ordered by
 restart, network) the consumer is closed, and a fresh one replays again after a
 backoff, so a broker loss never leaves a silently stuck consumer.
 
-``caught_up`` is set after the first empty poll once records stopped arriving;
-it gates readiness only (the view keeps following afterwards).
+``caught_up`` is set after the first empty poll once records stopped arriving, or
+when no record at all arrived for ``empty_grace_s`` (empty topics: a fresh stack). A few
+empty polls are not enough: the first fetch from a loaded broker can take longer than
+that, and a gateway that declared its key view loaded before the keys arrived answered
+valid keys with 401 (found by ``make stress``, gateway_restart). It gates readiness and
+the key view's ``loaded`` (the view keeps following afterwards).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +42,7 @@ class ViewFeeder:
         client_id: str = "loraplane-gateway",
         retry_backoff_s: float = 1.0,
         poll_timeout_ms: int = 200,
+        empty_grace_s: float = 10.0,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
         """``handlers``: topic → handler; ``on_event(topic)`` counts applied events."""
@@ -45,6 +51,7 @@ class ViewFeeder:
         self._client_id = client_id
         self._backoff = retry_backoff_s
         self._poll_ms = poll_timeout_ms
+        self._empty_grace_s = empty_grace_s
         self._on_event = on_event
         self.caught_up = asyncio.Event()
         """Set once the first replay reached the end of the topics."""
@@ -81,12 +88,11 @@ class ViewFeeder:
         await consumer.start()
         try:
             seen_data = False
-            empty_polls = 0
+            started = time.monotonic()
             while True:
                 batch = await consumer.getmany(timeout_ms=self._poll_ms, max_records=2000)
                 if not batch:
-                    empty_polls += 1
-                    if seen_data or empty_polls >= 3:
+                    if seen_data or time.monotonic() - started >= self._empty_grace_s:
                         self.caught_up.set()
                     continue
                 seen_data = True

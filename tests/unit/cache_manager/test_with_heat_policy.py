@@ -94,3 +94,33 @@ def test_platinum_and_hottest_versions_get_min_hot_replicas() -> None:
                                     for w in core.state.workers.values())
                 for r in (plat, hot, lukewarm)}
     assert replicas["plat"] >= 2 and replicas["hot"] >= 2, replicas  # min_hot_replicas: 2
+
+
+def test_a_protected_versions_last_hot_replica_is_kept_until_another_is_hot() -> None:
+    """Make before break: the canary seen moved (demote here, load there) in make stress
+    was COLD everywhere when the load failed for lack of a slot."""
+    from loraplane.cache_manager.model import CommandSpec
+
+    core = heat_core()
+    canary, other = ev.ref("canary"), ev.ref("other")
+    core.apply(ev.admitted(canary, 1, T0), T0)
+    core.apply(ev.canary(canary, 10, T0), T0)
+    core.apply(ev.admitted(other, 2, T0), T0)
+    core.apply(ev.snapshot(ev.WorkerSpec("w1", slots=4, held=[ev.Held(canary)]), 1, T0), T0)
+    core.apply(ev.snapshot(ev.WorkerSpec("w2", slots=4, held=[ev.Held(other)]), 1, T0), T0)
+    demote = CommandSpec(CommandKind.DEMOTE, "w1", canary.version_id, "displaced")
+    res = core.planner.plan(core.state, core.tracker, T0 + 1, extra=[demote])
+    assert not [s for s in res.commands
+                if s.kind is CommandKind.DEMOTE and s.version_id == canary.version_id]
+    assert any("last confirmed HOT replica of a protected version" in n for n in res.notes)
+    # once a second replica is HOT, the first may go
+    core.apply(ev.snapshot(ev.WorkerSpec("w2", slots=4, held=[ev.Held(other), ev.Held(canary)]),
+                           2, T0 + 2), T0 + 2)
+    res = core.planner.plan(core.state, core.tracker, T0 + 3, extra=[demote])
+    assert [s.worker_id for s in res.commands
+            if s.kind is CommandKind.DEMOTE and s.version_id == canary.version_id] == ["w1"]
+    # an unprotected version may lose its only replica (it is the policy's choice)
+    plain = CommandSpec(CommandKind.DEMOTE, "w2", other.version_id, "displaced")
+    res = core.planner.plan(core.state, core.tracker, T0 + 4, extra=[plain])
+    assert other.version_id in [s.version_id for s in res.commands
+                                if s.kind is CommandKind.DEMOTE]
