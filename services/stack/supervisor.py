@@ -72,6 +72,11 @@ def replica_env(s: StackSettings, spec: ServiceSpec, replica: int) -> dict[str, 
     env = spec.env(s, replica)
     if spec.name == "worker":
         env["LORAPLANE_WORKER_ID"] = f"worker-{replica}"
+        # vLLM-CPU's default ("auto") binds every engine's threads to the same first core,
+        # so engines on one host queue behind each other (a restarted worker's engine took
+        # > 5 min to start beside a busy one); let the OS place them.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = os.environ.get("VLLM_CPU_OMP_THREADS_BIND",
+                                                          "nobind")
         host = "worker-host" if replica == 0 else f"worker-host-{replica}"
         env["LORAPLANE_WORKER_HOST_DIR"] = str(s.root / host)
     return env
