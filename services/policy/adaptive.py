@@ -26,7 +26,8 @@ what ranks the rest:
   what a miss would cost, ``1 + penalty``, over ``warm_expert_window_per_slot`` ×
   slots) says which ranking would have done best lately; the real tier picks its
   victim by the leader's ranking among its own eligible members (ARC / ACME-style
-  adaptation); the leader changes only when the other is ahead by more than one.
+  adaptation); the HOT leader changes when the other is ahead by more than one hit, the
+  WARM leader when the other's score exceeds ``warm_switch_margin`` × its own + 1.
 * **Pins protect live streams.** A protected HOT version keeps its pinned slot
   only while idle for fewer than ``pin_idle_per_slot`` × slots requests (and less
   than ``demote.idle_minutes``): a one-off request of a platinum tenant no longer
@@ -167,6 +168,7 @@ class AdaptiveHeatOnline:
         self._sh_freq: list[dict[int, int]] = [{} for _ in range(n_w)]
         self._score_warm = [[0.0] * len(WARM_EXPERTS) for _ in range(n_w)]
         self._lead_warm = [1] * n_w
+        self._warm_margin = ad.warm_switch_margin
         self._gdsf_l = [0.0] * n_w
         self._sh_gdsf_l = [0.0] * n_w
         self._sizes = ctx.sizes
@@ -363,7 +365,7 @@ class AdaptiveHeatOnline:
                 heap.push(v, self._warm_key(e, v, w), v)
         lead = self._lead_warm[w]
         other = 1 - lead
-        if score[other] > score[lead] + 1.0:
+        if score[other] > score[lead] * self._warm_margin + 1.0:
             self._lead_warm[w] = other
 
     # -- membership -------------------------------------------------------------------------

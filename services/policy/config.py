@@ -173,6 +173,9 @@ class AdaptiveConfig:
     """WARM shadow scores decay over this many requests per HOT slot of the worker (WARM
     residency is far longer than HOT's: 8 per slot switched experts too often, −10 % cold
     starts on large-1h from 8 to 512)."""
+    warm_switch_margin: float = 1.05
+    """The WARM leader changes only when the other expert's score exceeds this × its own (+1):
+    1.0 flipped between GDSF and heat on conv-1h (P99 0.63 × LRU; 1.05: 0.58)."""
     pin_idle_per_slot: float = 2.0
     """A protected HOT version keeps its pinned slot while idle for fewer than this many
     requests per slot of its group (and less than ``demote.idle_minutes``): a pin protects a
@@ -397,7 +400,7 @@ def _adaptive(problems: list[str], raw: Any) -> AdaptiveConfig:
     if "enabled" in d:
         kwargs["enabled"] = _boolean(problems, "adaptive.enabled", d["enabled"])
     for key in ("hot_tau_per_slot", "warm_tau_per_slot", "expert_window_per_slot",
-                "warm_expert_window_per_slot", "pin_idle_per_slot"):
+                "warm_expert_window_per_slot", "pin_idle_per_slot", "warm_switch_margin"):
         if key in d:
             kwargs[key] = _positive(problems, f"adaptive.{key}", d[key])
     return AdaptiveConfig(**kwargs)

@@ -148,6 +148,25 @@ def case_figures(results: dict[str, SimResult]) -> list[dict[str, Any]]:
     return out
 
 
+def peer_adjusted(figures: list[dict[str, Any]], peer: dict[str, float]) -> dict[str, float]:
+    """libCacheSim's HOT hit ratios carried over to our rules: ``peer × our Belady / its Belady``.
+
+    libCacheSim has no in-flight rule (it may evict a version with requests running). Where
+    requests overlap (the synthetic traces, 4 workers) that rule costs every policy: our
+    Belady reaches 0.534 on large-1h at 8 slots, libCacheSim's 0.616, and its raw S3-FIFO
+    (0.541) lies above our optimum. The share of the in-flight-free optimum a peer reaches,
+    applied to our optimum, is the comparison used for "best online baseline"; the raw
+    ratios are printed and kept in ``peer_hot_hit_ratio``. Where nothing overlaps (GenTD26:
+    0.6433 against 0.6436) the factor is ~1.
+    """
+    lcs_opt = peer.get("Belady", 0.0)
+    opt = next(f for f in figures if f["policy"] == "belady")["gpu_hit_ratio"]
+    online = {n: r for n, r in peer.items() if n not in peers.PEER_EXACT}
+    if not lcs_opt:
+        return online
+    return {n: r * opt / lcs_opt for n, r in online.items()}
+
+
 def best_baselines(
     figures: list[dict[str, Any]], peer: dict[str, float]
 ) -> dict[str, tuple[str, float]]:
@@ -155,7 +174,7 @@ def best_baselines(
     non-compulsory cold starts and lowest interactive P99 (ours: the peers have no WARM tier)."""
     ours = [f for f in figures if f["policy"] in ONLINE_BASELINES]
     hot = [(f["policy"], f["gpu_hit_ratio"]) for f in ours]
-    hot += [(f"lcs:{n}", r) for n, r in peer.items()]
+    hot += [(f"lcs:{n}", r) for n, r in peer_adjusted(figures, peer).items()]
     cold = min(ours, key=lambda f: f["cold_starts"])
     p99 = min(ours, key=lambda f: f["ttft_ms"].get("interactive", {}).get("p99", 0.0))
     return {
@@ -269,7 +288,8 @@ def render(
     trace_name: str, trace: Trace, caps: Capacities, figures: list[dict[str, Any]],
     peer: dict[str, float] | None = None,
 ) -> Table:
-    """One rich table per case (libCacheSim rows: HOT hit ratio only)."""
+    """One rich table per case (libCacheSim rows: HOT hit ratio only, raw; their ×belady and
+    ×lru are to libCacheSim's own Belady and LRU: it has no in-flight rule)."""
     title = (
         f"{trace_name}: {len(trace)} requests, {trace.n_versions} versions — "
         f"{caps.workers} workers × {caps.gpu_slots} slots, {caps.host_bytes / GIB:g} GiB host"
@@ -303,7 +323,9 @@ def render(
             f"{f['sim_requests_per_s']:,.0f}",
         )
     by_name = {f["policy"]: f for f in figures}
-    belady, lru = by_name["belady"]["gpu_hit_ratio"], by_name["lru"]["gpu_hit_ratio"]
+    belady = by_name["belady"]["gpu_hit_ratio"]
+    lru = (peer or {}).get("LRU") or by_name["lru"]["gpu_hit_ratio"]
+    belady = (peer or {}).get("Belady") or belady
     for name, ratio in (peer or {}).items():
         table.add_row(
             f"lcs:{name}", f"{ratio:.3f}", f"{ratio / belady:.3f}" if belady else "-",
@@ -477,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             results = run_case(trace, caps, cfg, cost)
             figures = case_figures(results)
-            peer = peers.peer_hot_hit_ratios(trace, caps) if with_peers else {}
+            peer = (peers.peer_hot_hit_ratios(trace, caps, ("LRU", "Belady", *peers.PEER_ONLINE))
+                    if with_peers else {})
             best = best_baselines(figures, peer)
             verdict = checks(figures, targets)
             ceiling = ceilings(
@@ -532,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
                 "ceilings": ceiling,
                 "best_baselines": best,
                 "peer_hot_hit_ratio": {f"lcs:{k}": round(v, 6) for k, v in peer.items()},
+                "peer_hot_hit_ratio_adjusted": {
+                    f"lcs:{k}": round(v, 6) for k, v in peer_adjusted(figures, peer).items()
+                },
                 "results": figures,
             })
     console.print(summary_table(report["cases"]))

@@ -64,3 +64,11 @@ def test_peer_ratios_route_requests_like_the_simulator() -> None:
     # the tiny-cache parameters keep S3-FIFO and W-TinyLFU working (defaults give 0.0)
     ratios = peers.peer_hot_hit_ratios(trace, caps, ("S3FIFO", "WTinyLFU"))
     assert min(ratios.values()) > 0.0
+
+
+def test_peer_ratios_are_carried_over_by_the_share_of_the_optimum() -> None:
+    from loraplane.sim.bench import peer_adjusted
+
+    figures = [{"policy": "belady", "gpu_hit_ratio": 0.5}, {"policy": "lru", "gpu_hit_ratio": 0.4}]
+    peer = {"LRU": 0.45, "Belady": 0.625, "S3FIFO": 0.55}
+    assert peer_adjusted(figures, peer) == {"S3FIFO": pytest.approx(0.55 * 0.5 / 0.625)}
