@@ -103,6 +103,7 @@ class Outcome:
     tokens: tuple[int, ...] = ()
     ttft_ms: float = 0.0
     started: float = 0.0
+    ended: float = 0.0
 
 
 @dataclass
@@ -186,6 +187,7 @@ async def call(stub: inference_pb2_grpc.InferenceStub, key: str, tenant: str, ad
         trailing = dict(err.trailing_metadata() or ())
         out.code, out.details = err.code().name, err.details() or ""
         out.retry_hint = "retry-after-ms" in trailing
+        out.ended = time.monotonic()
         return out
     r = msgs[0].resolved
     out.resolved = (r.adapter.tenant_id, r.adapter.adapter_name, r.adapter.version)
@@ -356,8 +358,10 @@ def check(p: Platform, sc: Scenario) -> dict[str, bool]:
             continue
         documented = (o.code in ("RESOURCE_EXHAUSTED", "UNAVAILABLE") and o.retry_hint
                       and len(o.details) > 5)
+        # the gateway process itself gone: streams cut and connections refused until it
+        # is back (the client library's UNAVAILABLE; nothing the platform could answer)
         in_outage = (sc.client_outage is not None and o.code == "UNAVAILABLE"
-                     and sc.client_outage[0] - 1 <= o.started <= sc.client_outage[1] + 1)
+                     and sc.client_outage[0] - 1 <= o.ended <= sc.client_outage[1] + 1)
         if not (documented or in_outage):
             undocumented.append(o)
     for label, bad in (("wrong answer", wrong), ("cross-tenant", cross),
