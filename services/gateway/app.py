@@ -62,6 +62,7 @@ def build_gateway(
         down_after_failures=settings.worker_down_after_failures,
         warm_load_ms=settings.warm_load_estimate_ms,
         cold_load_ms=settings.cold_load_estimate_ms,
+        ewma_alpha=settings.load_estimate_alpha,
     )
     return Gateway(
         auth=AuthView(),

@@ -5,7 +5,8 @@
 * ``GET /v1/models``: the served base models (``owned_by`` the platform) and the calling
   tenant's adapters (own and shared) with a stable version, each with the version(s) it
   resolves to; ``GET /v1/models/{id}`` one of them (ids may contain ``/``);
-* ``GET /healthz``.
+* ``GET /healthz`` (the process answers) and ``GET /readyz`` (503 until the key view
+  has replayed ``tenant.events``).
 
 ``model`` is an adapter name, or a base model: its served name (``loraplane/tiny-llama``)
 or the alias ``"base"`` (the default base model). Missing or empty is a 400 naming
@@ -275,6 +276,15 @@ def create_app(gateway: Gateway) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> Any:
         return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> Any:
+        # ready once the key view has replayed tenant.events: before that an unknown key
+        # is answered 503 (retry), not 401 (see :class:`~loraplane.gateway.auth.KeysLoading`)
+        if gateway.auth.loaded:
+            return {"status": "ready"}
+        return JSONResponse({"status": "loading", "waiting_for": "tenant.events"},
+                            status_code=503)
 
     return app
 

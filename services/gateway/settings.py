@@ -98,6 +98,9 @@ class GatewaySettings(CommonSettings):
     """Initial estimate of a WARM → HOT load (refined from ``AdapterLoaded`` reports)."""
     cold_load_estimate_ms: float = Field(default=2000.0, ge=0)
     """Initial estimate of a COLD → HOT load (refined from ``AdapterLoaded`` reports)."""
+    load_estimate_alpha: float = Field(default=0.2, ge=0, le=1)
+    """Weight of each new ``AdapterLoaded`` duration in the load estimates (EWMA; 0 keeps
+    the configured estimates fixed)."""
     worker_stale_after_s: float = Field(default=60.0, gt=0)
     """A worker neither answering probes nor reporting on ``cache.state`` for this long is
     not routed to (a worker that answers its probes stays routable during a broker

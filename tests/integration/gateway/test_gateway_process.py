@@ -52,6 +52,16 @@ def test_module_serves_health_metrics_http_and_stops_on_sigterm(stack: Stack) ->
                                     timeout=5) as r:
             text = r.read().decode()
         assert "loraplane_gateway_requests_total" in text or "loraplane_gateway_refused" in text
+        while True:  # ready: the key view replayed tenant.events (until then: 503, retry)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz",
+                                            timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "gateway did not become ready"
+            time.sleep(0.2)
         req = urllib.request.Request(
             f"http://127.0.0.1:{http_port}/v1/models", headers={"authorization": "Bearer x"})
         try:

@@ -187,3 +187,18 @@ async def test_openai_style_errors() -> None:
                          json={"model": "legal", "prompt": "x"})
         assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
         assert r.json()["error"]["code"] == "adapter_cold"
+
+
+async def test_readyz_waits_for_the_key_view_and_unknown_keys_get_503_meanwhile() -> None:
+    async with client() as (h, c):
+        h.gateway.auth.loaded = False
+        assert (await c.get("/healthz")).status_code == 200  # the process answers
+        r = await c.get("/readyz")
+        assert r.status_code == 503 and r.json()["waiting_for"] == "tenant.events"
+        r = await c.get("/v1/models", headers={"authorization": "Bearer not-yet-seen"})
+        assert r.status_code == 503 and r.headers.get("retry-after")
+        assert (await c.get("/v1/models", headers=AUTH)).status_code == 200  # known key
+        h.gateway.auth.loaded = True
+        assert (await c.get("/readyz")).status_code == 200
+        r = await c.get("/v1/models", headers={"authorization": "Bearer not-yet-seen"})
+        assert r.status_code == 401
