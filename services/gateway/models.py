@@ -22,7 +22,7 @@ from typing import Any
 from loraplane.gateway.catalog import AdapterCatalog, AdapterEntry, AdapterNotFound
 from loraplane.gateway.errors import NoReleasedVersion
 from loraplane.gateway.names import ADAPTER_NAME_RE, BASE_MODEL_ALIAS, base_model_named
-from loraplane.gateway.placement import PlacementView
+from loraplane.gateway.placement import ANSWERING, REPORTING, PlacementView
 from loraplane.shared.errors import NotFound
 
 PLATFORM_OWNER = "loraplane"
@@ -37,11 +37,15 @@ class ModelNotFound(NotFound):
 
 
 def served_base_models(placement: PlacementView, default: str = "") -> list[str]:
-    """Names of the served base models (sorted): ``default`` and every base model a
-    worker has reported."""
+    """Names of the served base models (sorted): ``default`` and every base model of a
+    live worker (answering its probes or reporting; ready or not, so a base model whose
+    workers are busy starting is still a 503, not an unknown name). A worker that is
+    silent or down no longer makes its base models served: the ``cache.state`` history
+    of long-gone workers (replayed at start) must not list them."""
     names = {default} if default else set()
     for w in placement.workers():
-        names |= set(w.base_models)
+        if placement.liveness(w) in (ANSWERING, REPORTING):
+            names |= set(w.base_models)
     return sorted(names)
 
 

@@ -312,18 +312,19 @@ class Supervisor:
         r.unhealthy_since = None
         self.echo(f"warning: {comp.name} is unhealthy ({h.detail}); restarting "
                   f"(restart {r.count + 1}); log: {comp.log}")
-        try:
-            comp.launch()
-        except Exception as exc:  # noqa: BLE001 - a taken port, say: try again later
-            self.echo(f"warning: {comp.name}: restart failed: {exc}")
-            r.launched_at = None
-        else:
-            r.launched_at = now
-            r.after_start = True
-        r.count += 1
-        self.restart_counter.labels(component=comp.name).inc()
         r.next_at = now + backoff_s(r.failures, s.restart_backoff_s, s.restart_backoff_max_s)
         r.failures += 1
+        try:
+            comp.launch()
+        except Exception as exc:  # noqa: BLE001 - a port still held by the dead process's
+            # children, say: nothing was spawned (not a restart); try again after the backoff
+            self.echo(f"warning: {comp.name}: restart failed: {exc}")
+            r.launched_at = None
+            return
+        r.launched_at = now
+        r.after_start = True
+        r.count += 1  # restarts = processes spawned
+        self.restart_counter.labels(component=comp.name).inc()
         self._write_restarts()
 
     def _write_restarts(self) -> None:

@@ -176,3 +176,28 @@ def test_a_busy_component_missing_checks_is_restarted_only_when_hung(
     assert comp.launches == 0
     sup._check(comp, 70.5)  # failed every check for 30 s: hung, restarted
     assert comp.launches == 1
+
+
+def test_a_launch_that_fails_is_retried_after_the_backoff_and_not_counted(
+    settings: StackSettings,
+) -> None:
+    from loraplane.stack.components import StackError
+
+    comp = FakeComponent(settings, "svc-worker-1")
+    sup = _supervisor(settings, [comp])
+    comp.alive, comp.pid_value = False, None
+    real_launch, attempts = comp.launch, []
+
+    def flaky_launch() -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise StackError("port 23074 is already taken")
+        real_launch()
+
+    comp.launch = flaky_launch  # type: ignore[method-assign]
+    sup._check(comp, 0.0)  # the port is still held by the dead process: nothing spawned
+    assert len(attempts) == 1 and read_restarts(settings) == {}
+    sup._check(comp, 0.5)  # within the backoff: no new attempt
+    assert len(attempts) == 1
+    sup._check(comp, 1.0)
+    assert len(attempts) == 2 and read_restarts(settings) == {"svc-worker-1": 1}
