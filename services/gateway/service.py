@@ -448,6 +448,8 @@ class Gateway:
                         and degrades_without_slot(budget)
                     ):
                         degrade = True  # no HOT slot within the budget: base model
+                        self.prewarm.request(info.ref(), info.engine_id, request_class,
+                                             "no_slot")
                         continue
                     raise from_rpc_error(err, wid) from None
                 finally:
