@@ -25,21 +25,29 @@ _sym_db = _symbol_database.Default()
 from loraplane.v1 import common_pb2 as loraplane_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cloraplane/v1/inference.proto\x12\x0cloraplane.v1\x1a\x19loraplane/v1/common.proto\"\x94\x02\n\x0fGenerateRequest\x12\x0f\n\x07\x61\x64\x61pter\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x12\n\nmax_tokens\x18\x03 \x01(\x05\x12\x18\n\x0btemperature\x18\x04 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x02\x88\x01\x01\x12\x31\n\rrequest_class\x18\x07 \x01(\x0e\x32\x1a.loraplane.v1.RequestClass\x12\x13\n\x0brequest_key\x18\x08 \x01(\t\x12\x0c\n\x04stop\x18\t \x03(\t\x12\x12\n\nbase_model\x18\n \x01(\tB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seed\"\xba\x01\n\x0fResolvedAdapter\x12)\n\x07\x61\x64\x61pter\x18\x01 \x01(\x0b\x32\x18.loraplane.v1.AdapterRef\x12+\n\x0ftier_at_arrival\x18\x02 \x01(\x0e\x32\x12.loraplane.v1.Tier\x12\x18\n\x10\x64\x65graded_to_base\x18\x03 \x01(\x08\x12\x0e\n\x06\x63\x61nary\x18\x04 \x01(\x08\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"[\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x15\n\routput_tokens\x18\x02 \x01(\x05\x12\x0f\n\x07ttft_ms\x18\x03 \x01(\x01\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\x01\"\xb1\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12/\n\x08resolved\x18\x05 \x01(\x0b\x32\x1d.loraplane.v1.ResolvedAdapter\x12\"\n\x05usage\x18\x06 \x01(\x0b\x32\x13.loraplane.v1.Usage2X\n\tInference\x12K\n\x08Generate\x12\x1d.loraplane.v1.GenerateRequest\x1a\x1e.loraplane.v1.GenerateResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cloraplane/v1/inference.proto\x12\x0cloraplane.v1\x1a\x19loraplane/v1/common.proto\"\xaf\x04\n\x0fGenerateRequest\x12\x0f\n\x07\x61\x64\x61pter\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x12\n\nmax_tokens\x18\x03 \x01(\x05\x12\x18\n\x0btemperature\x18\x04 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x02\x88\x01\x01\x12\x31\n\rrequest_class\x18\x07 \x01(\x0e\x32\x1a.loraplane.v1.RequestClass\x12\x13\n\x0brequest_key\x18\x08 \x01(\t\x12\x0c\n\x04stop\x18\t \x03(\t\x12\x12\n\nbase_model\x18\n \x01(\t\x12\t\n\x01n\x18\x0b \x01(\x05\x12\x15\n\x08logprobs\x18\x0c \x01(\x05H\x03\x88\x01\x01\x12\x0c\n\x04\x65\x63ho\x18\r \x01(\x08\x12\x1d\n\x10presence_penalty\x18\x0e \x01(\x02H\x04\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x0f \x01(\x02H\x05\x88\x01\x01\x12@\n\nlogit_bias\x18\x10 \x03(\x0b\x32,.loraplane.v1.GenerateRequest.LogitBiasEntry\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x0b\n\t_logprobsB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penalty\"\xba\x01\n\x0fResolvedAdapter\x12)\n\x07\x61\x64\x61pter\x18\x01 \x01(\x0b\x32\x18.loraplane.v1.AdapterRef\x12+\n\x0ftier_at_arrival\x18\x02 \x01(\x0e\x32\x12.loraplane.v1.Tier\x12\x18\n\x10\x64\x65graded_to_base\x18\x03 \x01(\x08\x12\x0e\n\x06\x63\x61nary\x18\x04 \x01(\x08\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"[\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x15\n\routput_tokens\x18\x02 \x01(\x05\x12\x0f\n\x07ttft_ms\x18\x03 \x01(\x01\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\x01\"\xee\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12/\n\x08resolved\x18\x05 \x01(\x0b\x32\x1d.loraplane.v1.ResolvedAdapter\x12\"\n\x05usage\x18\x06 \x01(\x0b\x32\x13.loraplane.v1.Usage\x12\r\n\x05index\x18\x07 \x01(\x05\x12,\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1a.loraplane.v1.TokenLogprob\"g\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\x12%\n\x03top\x18\x04 \x03(\x0b\x32\x18.loraplane.v1.TopLogprob\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\x32X\n\tInference\x12K\n\x08Generate\x12\x1d.loraplane.v1.GenerateRequest\x1a\x1e.loraplane.v1.GenerateResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loraplane.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._loaded_options = None
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_options = b'8\001'
   _globals['_GENERATEREQUEST']._serialized_start=74
-  _globals['_GENERATEREQUEST']._serialized_end=350
-  _globals['_RESOLVEDADAPTER']._serialized_start=353
-  _globals['_RESOLVEDADAPTER']._serialized_end=539
-  _globals['_USAGE']._serialized_start=541
-  _globals['_USAGE']._serialized_end=632
-  _globals['_GENERATERESPONSE']._serialized_start=635
-  _globals['_GENERATERESPONSE']._serialized_end=812
-  _globals['_INFERENCE']._serialized_start=814
-  _globals['_INFERENCE']._serialized_end=902
+  _globals['_GENERATEREQUEST']._serialized_end=633
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_start=494
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_end=542
+  _globals['_RESOLVEDADAPTER']._serialized_start=636
+  _globals['_RESOLVEDADAPTER']._serialized_end=822
+  _globals['_USAGE']._serialized_start=824
+  _globals['_USAGE']._serialized_end=915
+  _globals['_GENERATERESPONSE']._serialized_start=918
+  _globals['_GENERATERESPONSE']._serialized_end=1156
+  _globals['_TOKENLOGPROB']._serialized_start=1158
+  _globals['_TOKENLOGPROB']._serialized_end=1261
+  _globals['_TOPLOGPROB']._serialized_start=1263
+  _globals['_TOPLOGPROB']._serialized_end=1325
+  _globals['_INFERENCE']._serialized_start=1327
+  _globals['_INFERENCE']._serialized_end=1415
 # @@protoc_insertion_point(module_scope)
