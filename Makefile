@@ -90,7 +90,8 @@ typecheck: install ## mypy --strict on the pure core (policy) and the shared lib
 	$(PY) -m mypy --strict services/policy
 	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
 	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent \
-	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec
+	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec \
+	  -p loraplane.shared.consumer
 
 clean: ## remove local state (.loraplane/) — stops the stacks first
 	-$(LP) stack down --profile run

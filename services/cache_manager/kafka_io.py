@@ -8,17 +8,19 @@ from the beginning: stale snapshots are superseded by newer ones and stale
 heat decays with its event time, so a replay is harmless.
 
 Broker loss: aiokafka can go silent after a broker restart (see
-``shared/FACTS.md``), so :class:`EventSource` is recreated by the service on any
-consumer error and when nothing arrived for ``stall_s`` while workers (which
-report every few seconds) are known.
+``shared/FACTS.md``), so the service's :class:`loraplane.shared.consumer.ConsumerLoop`
+recreates the consumer on any error and when nothing arrived for ``stall_s`` while
+workers (which report every few seconds) are known.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from google.protobuf.message import Message
@@ -47,90 +49,105 @@ class Received:
     error: str = ""
 
 
-class EventSource:
-    """Manual-assignment consumer of :data:`INPUT_TOPICS`."""
+class MissingTopics(RuntimeError):
+    """An input topic has no partitions yet (not created?): the consumer is tried again."""
 
-    def __init__(
-        self, bootstrap: str, group_id: str, *, topics_: Sequence[str] = INPUT_TOPICS,
-        max_records: int = 5000, fetch_max_wait_ms: int = 50,
-    ) -> None:
-        """``fetch_max_wait_ms``: how long the broker may hold a fetch with no data; it bounds
-        the delay before a new event is seen (aiokafka's default is 500 ms)."""
+
+def new_consumer(bootstrap: str, group_id: str, *, max_records: int = 5000,
+                 fetch_max_wait_ms: int = 50) -> AIOKafkaConsumer:
+    """An unstarted consumer that commits under ``group_id`` but joins no group.
+
+    ``fetch_max_wait_ms``: how long the broker may hold a fetch with no data; it bounds the
+    delay before a new event is seen (aiokafka's default is 500 ms)."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=max_records,
+        fetch_max_wait_ms=fetch_max_wait_ms,
+    )
+
+
+def assign_every_partition(consumer: AIOKafkaConsumer, topics_: Sequence[str]) -> None:
+    """Assign every partition of ``topics_`` to a started consumer. A consumer learns the
+    topics that exist when it connects, so one that misses an input topic raises
+    :class:`MissingTopics` (the caller closes it and tries a new one)."""
+    partitions: list[TopicPartition] = []
+    missing: list[str] = []
+    for topic in topics_:
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            partitions.extend(TopicPartition(topic, p) for p in sorted(parts))
+        else:
+            missing.append(topic)
+    if missing:
+        raise MissingTopics(f"topics {missing} have no partitions (not created?)")
+    consumer.assign(partitions)
+
+
+def decode_batch(batches: Mapping[Any, Sequence[Any]], topics_: Sequence[str]
+                 ) -> list[Received]:
+    """The records of one poll, decoded, in the order of ``topics_`` (worker reports first)."""
+    out: list[Received] = []
+    for tp in sorted(batches, key=lambda tp: topics_.index(tp.topic)):
+        for record in batches[tp]:
+            try:
+                out.append(Received(tp.topic, decode_record(record)))
+            except CodecError as exc:
+                log.warning("undecodable record %s[%d]@%d: %s", tp.topic, tp.partition,
+                            record.offset, exc)
+                out.append(Received(tp.topic, None, str(exc)))
+    return out
+
+
+class EventSource:
+    """A bare manual-assignment reader of ``topics_`` (benchmarks: the broker's own read
+    rate); the service reads through :class:`loraplane.shared.consumer.ConsumerLoop` with
+    :func:`new_consumer`, :func:`assign_every_partition` and :func:`decode_batch`."""
+
+    def __init__(self, bootstrap: str, group_id: str, *, topics_: Sequence[str] = INPUT_TOPICS,
+                 max_records: int = 5000) -> None:
         self.bootstrap = bootstrap
-        self.fetch_max_wait_ms = fetch_max_wait_ms
         self.group_id = group_id
         self.topics = tuple(topics_)
         self.max_records = max_records
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self, timeout_s: float = 15.0) -> None:
-        """Connect and assign every partition of every input topic.
-
-        A consumer learns the topics that exist when it connects, so one that misses an
-        input topic is closed and a new one tried until ``timeout_s``.
-        """
+        """Connect and assign every partition; retries a consumer missing a topic until
+        ``timeout_s``."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                group_id=self.group_id,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_poll_records=self.max_records,
-                fetch_max_wait_ms=self.fetch_max_wait_ms,
-            )
+            consumer = new_consumer(self.bootstrap, self.group_id, max_records=self.max_records)
             await consumer.start()
             try:
-                partitions: list[TopicPartition] = []
-                missing: list[str] = []
-                for topic in self.topics:
-                    parts = consumer.partitions_for_topic(topic)
-                    if parts:
-                        partitions.extend(TopicPartition(topic, p) for p in sorted(parts))
-                    else:
-                        missing.append(topic)
-                if not missing:
-                    consumer.assign(partitions)
-                    self._consumer = consumer
-                    return
+                assign_every_partition(consumer, self.topics)
+                self._consumer = consumer
+                return
+            except MissingTopics:
+                await consumer.stop()
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
             except BaseException:
                 await consumer.stop()
                 raise
-            await consumer.stop()
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"topics {missing} have no partitions (not created?)")
             await asyncio.sleep(0.5)
 
     async def poll(self, timeout_ms: int = 500) -> list[Received]:
         """The next records (possibly none), decoded."""
-        consumer = self._consumer
-        if consumer is None:
+        if self._consumer is None:
             raise RuntimeError("EventSource not started")
-        batches = await consumer.getmany(timeout_ms=timeout_ms, max_records=self.max_records)
-        out: list[Received] = []
-        for tp in sorted(batches, key=lambda tp: self.topics.index(tp.topic)):
-            for record in batches[tp]:
-                try:
-                    out.append(Received(tp.topic, decode_record(record)))
-                except CodecError as exc:
-                    log.warning("undecodable record %s[%d]@%d: %s", tp.topic, tp.partition,
-                                record.offset, exc)
-                    out.append(Received(tp.topic, None, str(exc)))
-        return out
-
-    async def commit(self) -> None:
-        """Commit the positions of everything returned so far."""
-        if self._consumer is not None:
-            await self._consumer.commit()
+        batches = await self._consumer.getmany(timeout_ms=timeout_ms,
+                                               max_records=self.max_records)
+        return decode_batch(batches, self.topics)
 
     async def stop(self) -> None:
         """Disconnect (without committing)."""
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(consumer.stop(), timeout=5.0)
-            except Exception as exc:  # noqa: BLE001 - a dead broker must not block shutdown
-                log.info("consumer stop: %s", exc)
 
 
 class CommandSink:

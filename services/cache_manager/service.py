@@ -38,7 +38,14 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from loraplane.cache_manager import store
 from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.election import LeaderLock
-from loraplane.cache_manager.kafka_io import INPUT_TOPICS, CommandSink, EventSource
+from loraplane.cache_manager.kafka_io import (
+    INPUT_TOPICS,
+    CommandSink,
+    Received,
+    assign_every_partition,
+    decode_batch,
+    new_consumer,
+)
 from loraplane.cache_manager.messages import build_command
 from loraplane.cache_manager.metrics import CacheMetrics, StateCollector
 from loraplane.cache_manager.model import CommandKind
@@ -49,6 +56,7 @@ from loraplane.cache_manager.tracker import Resolution
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.factory import make_policy
 from loraplane.shared import topics
+from loraplane.shared.consumer import ConsumerLoop, Restart
 from loraplane.shared.db import create_pool
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import events_pb2, worker_pb2, worker_pb2_grpc
@@ -139,10 +147,13 @@ class CacheManagerService:
         self._trigger_at: float | None = None
         self._trigger_cause = ""
         self._unresolved: set[str] = set()
-        self._sources: dict[str, EventSource] = {}
+        self._loops: dict[str, ConsumerLoop] = {}
         """``control`` (worker reports, registry events, prewarm) and ``heat``: two consumers,
         so command answers and snapshots never wait behind a backlog of heat."""
-        self._recreating = False
+        self._last_record: dict[str, float] = {}
+        self._flushed: asyncio.Event | None = None
+        """Set (at the end of a leadership) once the stats are flushed: the consumers then
+        commit their positions and close."""
         self._shadow_tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
@@ -191,8 +202,8 @@ class CacheManagerService:
                                            core.state.tau_warm_s))
                 known = await store.load_workers(
                     conn, deployment, max_age_s=s.cache_manager_worker_timeout_s)
-            for name in SOURCES:
-                self._sources[name] = await self._new_source(name)
+            self._flushed = None
+            self._loops = {name: self._new_loop(core, name) for name in SOURCES}
             await sink.start()
             self.core = core
             self.ready = False
@@ -204,8 +215,8 @@ class CacheManagerService:
                      sum(1 for w in known if (v := core.state.workers.get(w)) and v.synced),
                      time.perf_counter() - started)
             tasks = [
-                *(asyncio.create_task(self._consume(core, name), name=f"cm-consume-{name}")
-                  for name in SOURCES),
+                *(asyncio.create_task(loop.run(), name=f"cm-consume-{name}")
+                  for name, loop in self._loops.items()),
                 asyncio.create_task(self._decide(core, lock, sink, known, ready_by, started),
                                     name="cm-decide"),
                 asyncio.create_task(self._housekeeping(core, lock, pool), name="cm-house"),
@@ -217,19 +228,28 @@ class CacheManagerService:
                 if t is not stopper and t.exception() is not None:
                     raise t.exception()  # type: ignore[misc]
         finally:
-            for t in [*tasks, *self._shadow_tasks]:
+            consuming = [t for t in tasks if t.get_name().startswith("cm-consume-")]
+            flushed = self._flushed = asyncio.Event()
+            for loop in self._loops.values():
+                loop.stop()  # after its current batch; commits once ``flushed`` is set
+            others = [t for t in tasks if t not in consuming]
+            for t in [*others, *self._shadow_tasks]:
                 t.cancel()
-            for t in tasks:
+            for t in others:
                 with contextlib.suppress(BaseException):
                     await t
             if self.core is core:
                 with contextlib.suppress(Exception):
                     await self._flush(core, pool)
-            for source in self._sources.values():
-                with contextlib.suppress(Exception):
-                    await source.commit()
-                await source.stop()
-            self._sources = {}
+            flushed.set()
+            if consuming:
+                _, late = await asyncio.wait(consuming, timeout=10)
+                for t in late:
+                    t.cancel()
+                for t in consuming:
+                    with contextlib.suppress(BaseException):
+                        await t
+            self._loops = {}
             await sink.stop()
             await pool.close()
 
@@ -253,83 +273,69 @@ class CacheManagerService:
 
     # ------------------------------------------------------------------ consume
 
-    async def _new_source(self, name: str) -> EventSource:
+    def _new_loop(self, core: CacheCore, name: str) -> ConsumerLoop:
+        """The consumer of one of :data:`SOURCES` (restarted by the loop; an error or a
+        stall of one restarts both: after a broker loss both may be deaf)."""
         s = self.settings
-        source = EventSource(s.kafka_bootstrap, s.cache_manager_consumer_group,
-                             topics_=SOURCES[name])
-        await source.start()
-        return source
+        wanted = SOURCES[name]
 
-    async def _consume(self, core: CacheCore, name: str) -> None:
-        s = self.settings
-        last_record = time.monotonic()
-        while True:
-            source = self._sources.get(name)
-            if source is None:  # being recreated by the other consumer task
-                await asyncio.sleep(0.1)
-                continue
-            try:
-                batch = await source.poll(timeout_ms=500)
-            except Exception as exc:  # noqa: BLE001 - recreate the consumer
-                if self._sources.get(name) is source:
-                    log.warning("%s consumer error, recreating: %s", name, exc)
-                    await self._recreate_sources()
-                last_record = time.monotonic()
-                continue
-            now = self.clock()
-            if batch:
-                last_record = time.monotonic()
-            elif name == "control" and time.monotonic() - last_record > \
-                    s.cache_manager_consumer_stall_s and any(
-                        w.alive for w in core.state.workers.values()):
-                # Workers report every few seconds: silence means a consumer gone deaf.
-                log.warning("no record for %.0fs while workers are alive: recreating consumers",
-                            s.cache_manager_consumer_stall_s)
-                await self._recreate_sources()
-                last_record = time.monotonic()
-                continue
-            for rec in batch:
-                if rec.message is None:
-                    self.metrics.events.labels(rec.topic, "undecodable").inc()
-                    continue
-                result = core.apply(rec.message, now)
-                applied = result.applied
-                self.metrics.events.labels(
-                    rec.topic, "duplicate" if applied.duplicate else "applied").inc()
-                if applied.unresolved:
-                    self._unresolved.update(applied.unresolved)
-                if result.resolutions:
-                    self._resolutions(core, result.resolutions)
-                if applied.triggers and any(t in IMMEDIATE_TRIGGERS for t in applied.triggers):
-                    if self._trigger_at is None:
-                        self._trigger_at = time.perf_counter()
-                        self._trigger_cause = applied.triggers[0]
-                    self._trigger.set()
-            if batch:
-                await asyncio.sleep(0)  # let the other consumer and the planner run
+        async def assign(consumer: Any) -> None:
+            assign_every_partition(consumer, wanted)
 
-    async def _recreate_sources(self) -> None:
-        """Recreate both consumers (after a broker loss both may be deaf); retries until up."""
-        if self._recreating:
-            return
-        self._recreating = True
-        try:
+        async def closing(consumer: Any) -> None:
+            flushed = self._flushed
+            if flushed is not None:  # the leadership ends: commit what the flush covered
+                await flushed.wait()
+                await consumer.commit()
+
+        def failed(_exc: BaseException) -> None:
             self.metrics.consumer_restarts.inc()
-            old, self._sources = self._sources, {}
-            for source in old.values():
-                await source.stop()
-            fresh: dict[str, EventSource] = {}
-            for name in SOURCES:
-                while True:
-                    try:
-                        fresh[name] = await self._new_source(name)
-                        break
-                    except Exception as exc:  # noqa: BLE001 - broker still away: retry
-                        log.info("%s consumer restart failed: %s", name, exc)
-                        await asyncio.sleep(1.0)
-            self._sources = fresh
-        finally:
-            self._recreating = False
+            for other, loop in self._loops.items():
+                if other != name:
+                    loop.request_restart()
+
+        async def on_batch(batch: Any) -> None:
+            await self._apply_batch(core, name, decode_batch(batch, wanted))
+
+        self._last_record[name] = time.monotonic()
+        return ConsumerLoop(
+            f"cache-manager {name}",
+            factory=lambda: new_consumer(s.kafka_bootstrap, s.cache_manager_consumer_group),
+            on_batch=on_batch, on_open=assign, on_close=closing, on_error=failed,
+            backoff=lambda _attempt: 1.0, poll_timeout_ms=500, max_records=5000,
+        )
+
+    async def _apply_batch(self, core: CacheCore, name: str, batch: list[Received]) -> None:
+        s = self.settings
+        now = self.clock()
+        if batch:
+            self._last_record[name] = time.monotonic()
+        elif name == "control" and time.monotonic() - self._last_record[name] > \
+                s.cache_manager_consumer_stall_s and any(
+                    w.alive for w in core.state.workers.values()):
+            # Workers report every few seconds: silence means a consumer gone deaf.
+            self._last_record[name] = time.monotonic()
+            raise Restart(f"no record for {s.cache_manager_consumer_stall_s:.0f}s while "
+                          "workers are alive")
+        for rec in batch:
+            if rec.message is None:
+                self.metrics.events.labels(rec.topic, "undecodable").inc()
+                continue
+            result = core.apply(rec.message, now)
+            applied = result.applied
+            self.metrics.events.labels(
+                rec.topic, "duplicate" if applied.duplicate else "applied").inc()
+            if applied.unresolved:
+                self._unresolved.update(applied.unresolved)
+            if result.resolutions:
+                self._resolutions(core, result.resolutions)
+            if applied.triggers and any(t in IMMEDIATE_TRIGGERS for t in applied.triggers):
+                if self._trigger_at is None:
+                    self._trigger_at = time.perf_counter()
+                    self._trigger_cause = applied.triggers[0]
+                self._trigger.set()
+        if batch:
+            await asyncio.sleep(0)  # let the other consumer and the planner run
 
     def _resolutions(self, core: CacheCore, resolutions: list[Resolution]) -> None:
         for res in resolutions:
@@ -458,9 +464,9 @@ class CacheManagerService:
                     raise LostLeadership()
             if now >= due["commit"]:
                 due["commit"] = now + s.cache_manager_commit_interval_s
-                for source in list(self._sources.values()):
+                for loop in list(self._loops.values()):
                     try:
-                        await source.commit()
+                        await loop.commit_position()
                     except Exception as exc:  # noqa: BLE001 - retried next period
                         log.info("offset commit failed: %s", exc)
             if self._unresolved:

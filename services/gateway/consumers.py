@@ -5,7 +5,8 @@ from the earliest offset at every start (the views are idempotent: keys are
 sticky-revoked, pointers last-writer-wins by event time, snapshots ordered by
 ``(started_at, seq)``) and then follows them. On any consumer failure (broker
 restart, network) the consumer is closed, and a fresh one replays again after a
-backoff, so a broker loss never leaves a silently stuck consumer.
+backoff, so a broker loss never leaves a silently stuck consumer
+(:class:`loraplane.shared.consumer.ConsumerLoop`; this module is the handler).
 
 ``caught_up`` is set after the first empty poll once records stopped arriving, or
 when no record at all arrived for ``empty_grace_s`` (empty topics: a fresh stack). A few
@@ -17,13 +18,12 @@ the key view's ``loaded`` (the view keeps following afterwards).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from loraplane.shared.codec import CodecError, decode_record
+from loraplane.shared.consumer import Consumer, ConsumerLoop, Ready
 
 log = logging.getLogger(__name__)
 
@@ -49,34 +49,25 @@ class ViewFeeder:
         self._bootstrap = bootstrap
         self._handlers = dict(handlers)
         self._client_id = client_id
-        self._backoff = retry_backoff_s
-        self._poll_ms = poll_timeout_ms
-        self._empty_grace_s = empty_grace_s
         self._on_event = on_event
-        self.caught_up = asyncio.Event()
+        self.loop = ConsumerLoop(
+            "view", factory=self._new_consumer, on_record=self._record, commit=False,
+            backoff=lambda _attempt: retry_backoff_s, poll_timeout_ms=poll_timeout_ms,
+            max_records=2000, ready_when=Ready.CAUGHT_UP, empty_grace_s=empty_grace_s,
+        )
+        self.caught_up = self.loop.ready
         """Set once the first replay reached the end of the topics."""
-        self.restarts = 0
-        """Consumers recreated after a failure."""
         self.malformed = 0
         """Records skipped because they did not decode."""
 
     async def run(self) -> None:
         """Consume until cancelled, recreating the consumer after failures."""
-        while True:
-            try:
-                await self._consume_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.restarts += 1
-                log.warning("view consumer failed; replaying after %.1fs", self._backoff,
-                            exc_info=True)
-                await asyncio.sleep(self._backoff)
+        await self.loop.run()
 
-    async def _consume_once(self) -> None:
+    def _new_consumer(self) -> Consumer:
         from aiokafka import AIOKafkaConsumer
 
-        consumer = AIOKafkaConsumer(
+        consumer: Consumer = AIOKafkaConsumer(
             *self._handlers,
             bootstrap_servers=self._bootstrap,
             client_id=self._client_id,
@@ -85,22 +76,15 @@ class ViewFeeder:
             auto_offset_reset="earliest",
             metadata_max_age_ms=5000,
         )
-        await consumer.start()
-        try:
-            seen_data = False
-            started = time.monotonic()
-            while True:
-                batch = await consumer.getmany(timeout_ms=self._poll_ms, max_records=2000)
-                if not batch:
-                    if seen_data or time.monotonic() - started >= self._empty_grace_s:
-                        self.caught_up.set()
-                    continue
-                seen_data = True
-                for records in batch.values():
-                    for record in records:
-                        self._apply(record)
-        finally:
-            await consumer.stop()
+        return consumer
+
+    async def _record(self, record: object) -> None:
+        self._apply(record)
+
+    @property
+    def restarts(self) -> int:
+        """Consumers recreated after a failure."""
+        return self.loop.restarts
 
     def _apply(self, record: object) -> None:
         topic = getattr(record, "topic", "")

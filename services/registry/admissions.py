@@ -4,18 +4,14 @@ Each verdict is applied in one transaction together with its event id
 (:mod:`loraplane.shared.dedupe`), and the offset is committed only afterwards, so a
 redelivered or duplicated verdict changes nothing. A database failure stops the
 batch without committing; the consumer is recreated and reads the verdicts again.
-
-aiokafka consumers must be recreated after a broker loss (a rejoined consumer may
-silently receive nothing): a probe asks the broker for metadata every
-``probe_interval_s``; after a failed probe, the next successful one restarts the
-consumer.
+Start, restart with backoff, the broker-lost probe (every ``probe_interval_s``) and the
+commits are :class:`loraplane.shared.consumer.ConsumerLoop`'s; this module is the handler.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,10 +21,10 @@ from aiokafka import AIOKafkaConsumer
 from loraplane.registry import service
 from loraplane.registry.metrics import RegistryMetrics
 from loraplane.shared.codec import CodecError, decode_as
+from loraplane.shared.consumer import ConsumerLoop
 from loraplane.shared.db import transaction
 from loraplane.shared.errors import InvalidArgument
-from loraplane.shared.kafka_admin import GROUP_TUNING, BrokerLost
-from loraplane.shared.outbox import backoff_delay, interruptible_sleep
+from loraplane.shared.kafka_admin import GROUP_TUNING
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, event_meta
 from loraplane.v1 import events_pb2
 
@@ -58,13 +54,20 @@ class AdmissionConsumer:
         self.probe_interval_s = probe_interval_s
         self.actor = actor
         self.topic = topic
-        self._factory = consumer_factory or self._default_consumer
-        self.consumers_started = 0
-        """Consumers started so far (more than one after a restart)."""
         self.outcomes: dict[str, int] = {}
         """Count of :func:`service.apply_verdict` outcomes (tests, debugging)."""
-        self.ready = asyncio.Event()
+        self.loop = ConsumerLoop(
+            "admission", factory=consumer_factory or self._default_consumer,
+            on_record=self._apply, probe_interval_s=probe_interval_s,
+            on_error=lambda _exc: self.metrics.consumer_restarts.inc(),
+        )
+        self.ready = self.loop.ready
         """Set once a consumer has joined and fetched at least once."""
+
+    @property
+    def consumers_started(self) -> int:
+        """Consumers started so far (more than one after a restart)."""
+        return self.loop.consumers_started
 
     def _default_consumer(self) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(
@@ -79,54 +82,10 @@ class AdmissionConsumer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set; survives broker and database outages."""
-        attempt = 0
-        while not stop.is_set():
-            consumer = self._factory()
-            try:
-                await consumer.start()
-                self.consumers_started += 1
-                await self._consume(consumer, stop)
-                attempt = 0
-            except asyncio.CancelledError:
-                raise
-            except BrokerLost:
-                log.info("admission consumer: broker is back, recreating the consumer")
-                self.metrics.consumer_restarts.inc()
-                attempt = 0
-            except Exception as exc:  # noqa: BLE001 - outage: back off, recreate
-                delay = backoff_delay(attempt)
-                attempt += 1
-                self.metrics.consumer_restarts.inc()
-                log.warning("admission consumer: %s: %s; restarting in %.1fs",
-                            type(exc).__name__, exc, delay)
-                await interruptible_sleep(stop, None, delay)
-            finally:
-                try:
-                    await asyncio.wait_for(consumer.stop(), 5)
-                except Exception as exc:  # noqa: BLE001
-                    log.debug("consumer stop failed: %s", exc)
+        await self.loop.run(stop)
 
-    async def _consume(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
-        lost = False
-        next_probe = time.monotonic() + self.probe_interval_s
-        while not stop.is_set():
-            batch = await consumer.getmany(timeout_ms=300, max_records=100)
-            self.ready.set()
-            for tp, records in batch.items():
-                for record in records:
-                    await self.handle(record)
-                await consumer.commit({tp: records[-1].offset + 1})
-            if time.monotonic() >= next_probe:
-                next_probe = time.monotonic() + self.probe_interval_s
-                try:
-                    await asyncio.wait_for(consumer.topics(), 3)
-                except Exception as exc:  # noqa: BLE001 - the broker is unreachable
-                    if not lost:
-                        log.warning("admission consumer: broker unreachable (%s)", exc)
-                    lost = True
-                    continue
-                if lost:
-                    raise BrokerLost()
+    async def _apply(self, record: Any) -> None:
+        await self.handle(record)
 
     async def handle(self, record: Any) -> str:
         """Apply one record; returns the outcome (also counted in metrics)."""

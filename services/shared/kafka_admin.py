@@ -40,6 +40,3 @@ GROUP_TUNING: dict[str, int] = {
 }
 """Consumer-group settings that join in ~2 s on Tansu (see FACTS.md)."""
 
-
-class BrokerLost(RuntimeError):
-    """The broker came back after a loss: recreate the consumer."""

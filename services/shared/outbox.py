@@ -60,6 +60,7 @@ from loraplane.shared.codec import (
     HEADER_PROTO_TYPE,
     encode,
 )
+from loraplane.shared.consumer import backoff_delay, interruptible_sleep
 from loraplane.shared.metrics import PerRegistry
 from loraplane.shared.topics import TOPICS, event_meta, topic_for, topic_spec
 
@@ -165,11 +166,6 @@ async def ensure_topics(
     finally:
         await admin.close()
     return created
-
-
-def backoff_delay(attempt: int, *, base_s: float = 0.2, cap_s: float = 5.0) -> float:
-    """Delay before retry number ``attempt`` (0-based): ``base * 2**attempt``, capped."""
-    return float(min(cap_s, base_s * (2 ** max(0, min(attempt, 30)))))
 
 
 class Producer(Protocol):
@@ -548,18 +544,3 @@ async def outbox_lag(conn: asyncpg.Connection) -> tuple[int, float]:
     )
     assert row is not None
     return int(row["n"]), float(row["age"])
-
-
-async def interruptible_sleep(
-    stop: asyncio.Event, wake: asyncio.Event | None, timeout: float
-) -> bool:
-    """Sleep up to ``timeout`` or until ``stop`` / ``wake`` is set; returns ``stop.is_set()``."""
-    waiters = [asyncio.ensure_future(stop.wait())]
-    if wake is not None:
-        waiters.append(asyncio.ensure_future(wake.wait()))
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()
-    return stop.is_set()

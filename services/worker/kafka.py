@@ -7,7 +7,8 @@
 * :class:`CommandConsumer` reads ``cache.commands`` in the worker's own consumer group,
   runs the commands addressed to this worker (in order per adapter version, several
   versions at once), publishes each report and commits an offset only once every
-  command up to it has been executed and reported. It recreates its consumer on any
+  command up to it has been executed and reported. It is the handler of a
+  :class:`loraplane.shared.consumer.ConsumerLoop`, which recreates the consumer on any
   broker error and when asked (:meth:`CommandConsumer.request_restart`).
 * :class:`HeatBatcher` groups ``RequestCompleted`` per adapter into ``HeatBatch``
   events on ``adapter.heat``, flushed periodically.
@@ -18,16 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from google.protobuf.message import Message
 
 from loraplane.shared import codec, topics
+from loraplane.shared.consumer import ConsumerLoop, Ready
 from loraplane.shared.errors import InvalidArgument
 from loraplane.v1 import common_pb2, events_pb2
 from loraplane.worker.commands import CommandExecutor
@@ -127,42 +127,6 @@ class Publisher:
         await self._reset()
 
 
-class OffsetTracker:
-    """Commit points of records processed out of order: the lowest unfinished offset."""
-
-    def __init__(self) -> None:
-        self._pending: dict[TopicPartition, set[int]] = defaultdict(set)
-        self._next: dict[TopicPartition, int] = {}
-        self._committed: dict[TopicPartition, int] = {}
-
-    def started(self, tp: TopicPartition, offset: int) -> None:
-        """A record is being processed."""
-        self._pending[tp].add(offset)
-        self._next[tp] = max(self._next.get(tp, 0), offset + 1)
-
-    def finished(self, tp: TopicPartition, offset: int) -> None:
-        """A record's effect is done (and reported)."""
-        self._pending[tp].discard(offset)
-
-    def pending(self) -> int:
-        """Records still being processed."""
-        return sum(len(v) for v in self._pending.values())
-
-    def commit_points(self) -> dict[TopicPartition, int]:
-        """Offsets to commit now (only those that moved since the last call)."""
-        out: dict[TopicPartition, int] = {}
-        for tp, nxt in self._next.items():
-            pending = self._pending.get(tp)
-            point = min(pending) if pending else nxt
-            if point > self._committed.get(tp, -1):
-                out[tp] = point
-        return out
-
-    def committed(self, points: dict[TopicPartition, int]) -> None:
-        """Record a successful commit."""
-        self._committed.update(points)
-
-
 class CommandConsumer:
     """Consumes ``cache.commands`` for one worker, executes them, reports, commits."""
 
@@ -184,27 +148,29 @@ class CommandConsumer:
         self.executor = executor
         self.publisher = publisher
         self.group_id = group_id
-        self.max_concurrency = max_concurrency
-        self.restart_backoff_s = restart_backoff_s
-        self.on_restart = on_restart
-        self.assigned = asyncio.Event()
-        """Set once a consumer of the current generation has partitions."""
-        self.restarts = 0
         self.executed = 0
-        self._restart = asyncio.Event()
-        self._stopped = asyncio.Event()
-        self._chains: dict[int, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._sem = asyncio.Semaphore(max_concurrency)
+        self._sem = asyncio.Semaphore(max_concurrency)  # executions, not report publishes
+        self.loop = ConsumerLoop(
+            "command", factory=self._new_consumer, on_record=self._handle,
+            lane=_lane, concurrency=None, max_records=None,
+            on_restart=on_restart, backoff=lambda _attempt: restart_backoff_s,
+            ready_when=Ready.ASSIGNED,
+        )
+        self.assigned = self.loop.ready
+        """Set once a consumer of the current generation has partitions."""
+
+    @property
+    def restarts(self) -> int:
+        """Consumers recreated so far."""
+        return self.loop.restarts
 
     def request_restart(self) -> None:
         """Recreate the consumer (called after a broker loss)."""
-        self._restart.set()
+        self.loop.request_restart()
 
     def stop(self) -> None:
         """Ask :meth:`run` to return."""
-        self._stopped.set()
-        self._restart.set()
+        self.loop.stop()
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(
@@ -221,80 +187,21 @@ class CommandConsumer:
 
     async def run(self) -> None:
         """Consume until :meth:`stop`; recreate the consumer on errors and on request."""
-        while not self._stopped.is_set():
-            self._restart.clear()
-            self.assigned.clear()
-            consumer = self._new_consumer()
-            tracker = OffsetTracker()
-            try:
-                await consumer.start()
-                while not self._restart.is_set():
-                    batch = await consumer.getmany(timeout_ms=300)
-                    if consumer.assignment():
-                        self.assigned.set()
-                    for tp, records in batch.items():
-                        for record in records:
-                            self._dispatch(tp, record, tracker)
-                    await self._commit(consumer, tracker)
-            except (TimeoutError, KafkaError, OSError) as exc:
-                log.warning("command consumer failed, recreating it: %s", exc)
-            finally:
-                with contextlib.suppress(Exception):
-                    await self._commit(consumer, tracker)
-                with contextlib.suppress(Exception):
-                    await consumer.stop()
-            if not self._stopped.is_set():
-                self.restarts += 1
-                if self.on_restart is not None:
-                    self.on_restart()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopped.wait(), self.restart_backoff_s)
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.loop.run()
 
-    async def _commit(self, consumer: AIOKafkaConsumer, tracker: OffsetTracker) -> None:
-        points = {tp: off for tp, off in tracker.commit_points().items()
-                  if tp in consumer.assignment()}
-        if points:
-            await consumer.commit({tp: OffsetAndMetadata(off, "") for tp, off in points.items()})
-            tracker.committed(points)
-
-    def _dispatch(self, tp: TopicPartition, record: object, tracker: OffsetTracker) -> None:
-        offset = int(getattr(record, "offset"))  # noqa: B009 - ConsumerRecord field
-        tracker.started(tp, offset)
+    async def _handle(self, record: object) -> None:
+        """Execute one command addressed to this worker and publish its report. A command
+        that crashes is logged and counted done (its report says nothing: the cache manager
+        times it out); only Kafka failures restart the consumer."""
         try:
             cmd = codec.decode_record(record)  # type: ignore[arg-type]
         except InvalidArgument as exc:
-            log.warning("skipping undecodable command at %s@%d: %s", tp, offset, exc)
-            tracker.finished(tp, offset)
+            log.warning("skipping undecodable command at %s@%s: %s",
+                        getattr(record, "partition", "?"), getattr(record, "offset", "?"), exc)
             return
         assert isinstance(cmd, events_pb2.CacheCommand)
         if not self.executor.is_mine(cmd):
-            tracker.finished(tp, offset)
             return
-        engine_id = _command_engine_id(cmd)
-        previous = self._chains.get(engine_id)
-        task = asyncio.create_task(self._execute(cmd, previous, tp, offset, tracker))
-        self._chains[engine_id] = task
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
-            if self._chains.get(engine_id) is t:
-                del self._chains[engine_id]
-
-        task.add_done_callback(done)
-
-    async def _execute(
-        self,
-        cmd: events_pb2.CacheCommand,
-        previous: asyncio.Task[None] | None,
-        tp: TopicPartition,
-        offset: int,
-        tracker: OffsetTracker,
-    ) -> None:
-        if previous is not None:  # same version: keep the order of the log
-            await asyncio.gather(previous, return_exceptions=True)
         try:
             async with self._sem:
                 report = await self.executor.execute(cmd)
@@ -303,8 +210,15 @@ class CommandConsumer:
             self.executed += 1
         except Exception:
             log.exception("command %s crashed", cmd.command_id)
-        finally:
-            tracker.finished(tp, offset)
+
+
+def _lane(_tp: object, record: object) -> int:
+    """Commands of one engine adapter id run in the order of the log, others at once."""
+    try:
+        cmd = codec.decode_record(record)  # type: ignore[arg-type]
+    except InvalidArgument:
+        return 0
+    return _command_engine_id(cmd) if isinstance(cmd, events_pb2.CacheCommand) else 0
 
 
 def _command_engine_id(cmd: events_pb2.CacheCommand) -> int:

@@ -1,0 +1,453 @@
+"""The one Kafka consumer loop of every service: each service writes only its handler.
+
+:class:`ConsumerLoop` owns what the five consumers used to write each on their own:
+
+* **start**: a fresh aiokafka consumer from ``factory`` (plus ``on_open``, e.g. assigning
+  partitions by hand), counted in :attr:`ConsumerLoop.consumers_started`;
+* **restart with backoff**: any failure of the consumer or of a handler closes the consumer
+  and opens a new one after ``backoff(attempt)`` (:func:`backoff_delay` by default); a
+  restart that was asked for (:meth:`ConsumerLoop.request_restart`, a handler raising
+  :class:`Restart`, the probe seeing the broker back) happens at once. aiokafka consumers
+  must be recreated after a broker loss: a rejoined consumer may silently receive nothing
+  (``shared/FACTS.md``);
+* **the broker-lost probe**: with ``probe_interval_s`` set, the loop asks the broker for
+  metadata that often; after a failed probe the next successful one restarts the consumer;
+* **commit after the effect is durable**: an offset is committed only once the handler of
+  its record (and of every earlier record of its partition) returned; a handler that raises
+  fails the session, so the record is read again by the next consumer (handlers are
+  idempotent: at-least-once with dedupe);
+* **readiness**: :attr:`ConsumerLoop.ready` is set by the rule of ``ready_when``.
+
+Handlers come in two shapes:
+
+* ``on_record(record)`` (async): records of one *lane* are handled in log order. Without
+  ``lane`` every record is handled in turn inside the loop and each partition's offset is
+  committed after its records of a batch. With ``lane(record) -> key`` records of different
+  lanes run concurrently (at most ``concurrency`` at once, ``max_pending`` read ahead) while
+  the loop keeps polling, and the commit point of a partition is its lowest unfinished
+  offset (:class:`OffsetTracker`). Records in flight when the consumer is recreated finish
+  anyway (or are cancelled, with ``cancel_in_flight``); their offsets are committed by
+  nobody, so they are delivered again.
+* ``on_batch(batch)`` (async): called after every poll, empty ones included, with the
+  records by partition; nothing is committed by the loop: the owner commits positions when
+  its effect is durable (:meth:`ConsumerLoop.commit_position`).
+
+Usage (the registry's verdict consumer)::
+
+    loop = ConsumerLoop("admissions", factory=lambda: AIOKafkaConsumer(topic, ...),
+                        on_record=apply_verdict, probe_interval_s=2.0)
+    await loop.run(stop)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from enum import Enum
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+Batch = Mapping[Any, Sequence[Any]]
+"""Records by topic-partition, as ``AIOKafkaConsumer.getmany`` returns them."""
+
+
+def backoff_delay(attempt: int, *, base_s: float = 0.2, cap_s: float = 5.0) -> float:
+    """Delay before retry number ``attempt`` (0-based): ``base * 2**attempt``, capped."""
+    return float(min(cap_s, base_s * (2 ** max(0, min(attempt, 30)))))
+
+
+async def interruptible_sleep(
+    stop: asyncio.Event, wake: asyncio.Event | None, timeout: float
+) -> bool:
+    """Sleep up to ``timeout`` or until ``stop`` / ``wake`` is set; returns ``stop.is_set()``."""
+    waiters = [asyncio.ensure_future(stop.wait())]
+    if wake is not None:
+        waiters.append(asyncio.ensure_future(wake.wait()))
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+    return stop.is_set()
+
+
+class Restart(Exception):
+    """Raised by a handler or a probe: recreate the consumer now (no backoff)."""
+
+
+class BrokerLost(Restart):
+    """The broker came back after a loss: recreate the consumer."""
+
+
+class Consumer(Protocol):
+    """The part of ``AIOKafkaConsumer`` the loop uses."""
+
+    async def start(self) -> None:
+        """Connect (and join the group, if any)."""
+
+    async def stop(self) -> None:
+        """Leave and disconnect."""
+
+    async def getmany(self, *partitions: Any, timeout_ms: int = 0,
+                      max_records: int | None = None) -> dict[Any, list[Any]]:
+        """The next records by partition (possibly none)."""
+
+    async def commit(self, offsets: Any = None) -> None:
+        """Commit ``offsets`` (or every position returned so far)."""
+
+    async def topics(self) -> set[str]:
+        """The broker's topics (a metadata request: the probe)."""
+
+    def assignment(self) -> set[Any]:
+        """The partitions this consumer holds."""
+
+
+class Ready(Enum):
+    """When :attr:`ConsumerLoop.ready` is set."""
+
+    FETCHED = "fetched"
+    """After the first poll of any consumer returned (the group joined)."""
+    ASSIGNED = "assigned"
+    """While the current consumer holds partitions (cleared at each restart)."""
+    CAUGHT_UP = "caught_up"
+    """After an empty poll once records stopped arriving, or ``empty_grace_s`` of empty
+    polls (empty topics); a few empty polls are not enough: the first fetch from a loaded
+    broker can take longer than that. Never cleared."""
+
+
+class OffsetTracker:
+    """Commit points of records handled out of order: the lowest unfinished offset."""
+
+    def __init__(self) -> None:
+        self._pending: dict[Any, set[int]] = defaultdict(set)
+        self._next: dict[Any, int] = {}
+        self._committed: dict[Any, int] = {}
+
+    def started(self, tp: Any, offset: int) -> None:
+        """A record is being handled."""
+        # Committing the first offset read would only repeat the position read from.
+        self._committed.setdefault(tp, offset)
+        self._pending[tp].add(offset)
+        self._next[tp] = max(self._next.get(tp, 0), offset + 1)
+
+    def finished(self, tp: Any, offset: int) -> None:
+        """A record's effect is durable."""
+        self._pending[tp].discard(offset)
+
+    def pending(self) -> int:
+        """Records still being handled."""
+        return sum(len(v) for v in self._pending.values())
+
+    def commit_points(self) -> dict[Any, int]:
+        """Offsets to commit now (only those that moved since the last commit)."""
+        out: dict[Any, int] = {}
+        for tp, nxt in self._next.items():
+            pending = self._pending.get(tp)
+            point = min(pending) if pending else nxt
+            if point > self._committed.get(tp, -1):
+                out[tp] = point
+        return out
+
+    def committed(self, points: Mapping[Any, int]) -> None:
+        """Record a successful commit."""
+        self._committed.update(points)
+
+
+class _Session:
+    """One consumer generation: its tracker, its tasks and the first handler failure."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.tracker = OffsetTracker()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failure: BaseException | None = None
+        self.seen_data = False
+        self.started = time.monotonic()
+
+
+class ConsumerLoop:
+    """Start, restart with backoff, probe, commit after the effect, readiness (see module)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        factory: Callable[[], Consumer],
+        on_record: Callable[[Any], Awaitable[None]] | None = None,
+        on_batch: Callable[[Batch], Awaitable[None]] | None = None,
+        lane: Callable[[Any, Any], Hashable] | None = None,
+        concurrency: int | None = 1,
+        max_pending: int | None = None,
+        commit: bool = True,
+        cancel_in_flight: bool = False,
+        on_open: Callable[[Consumer], Awaitable[None]] | None = None,
+        on_close: Callable[[Consumer], Awaitable[None]] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        on_restart: Callable[[], None] | None = None,
+        backoff: Callable[[int], float] = backoff_delay,
+        probe_interval_s: float | None = None,
+        poll_timeout_ms: int = 300,
+        max_records: int | None = 100,
+        ready_when: Ready = Ready.FETCHED,
+        empty_grace_s: float = 10.0,
+    ) -> None:
+        """``name``: for logs. Exactly one of ``on_record`` / ``on_batch``. ``lane(tp,
+        record)``: records of one lane in order, lanes concurrently (``on_record`` only).
+        ``commit``: False for a consumer without a group (nothing to commit).
+        ``cancel_in_flight``: records in flight when a consumer closes are cancelled (and
+        read again) rather than left to finish.
+        ``on_open(consumer)``: after each start (e.g. assign partitions; raising retries);
+        ``on_close(consumer)``: before each consumer is closed (e.g. a last commit). ``on_error(exc)``: every failure
+        that restarts the consumer (metrics); ``on_restart()``: every recreation, asked
+        for or not."""
+        if (on_record is None) == (on_batch is None):
+            raise ValueError("ConsumerLoop takes exactly one of on_record / on_batch")
+        if lane is not None and on_record is None:
+            raise ValueError("lane goes with on_record")
+        self.name = name
+        self._factory = factory
+        self._on_record = on_record
+        self._on_batch = on_batch
+        self._lane = lane
+        self._sem = asyncio.Semaphore(max(1, concurrency)) if concurrency else None
+        self._max_pending = max_pending
+        self._commit = commit
+        self._cancel_in_flight = cancel_in_flight
+        self._on_open = on_open
+        self._on_close = on_close
+        self._on_error = on_error
+        self._on_restart = on_restart
+        self._backoff = backoff
+        self._probe_interval_s = probe_interval_s
+        self._poll_ms = poll_timeout_ms
+        self._max_records = max_records
+        self._ready_when = ready_when
+        self._empty_grace_s = empty_grace_s
+        self.ready = asyncio.Event()
+        """Set by the rule of ``ready_when`` (:class:`Ready`)."""
+        self.consumers_started = 0
+        """Consumers started so far (more than one after a restart)."""
+        self.restarts = 0
+        """Consumers recreated, asked for or after a failure."""
+        self._stop = asyncio.Event()
+        self._restart = asyncio.Event()
+        self._session: _Session | None = None
+        self._chains: dict[Hashable, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ control
+
+    def request_restart(self) -> None:
+        """Recreate the consumer at the next poll (e.g. after the broker came back)."""
+        self._restart.set()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return."""
+        self._stop.set()
+        self._restart.set()
+
+    async def commit_position(self) -> None:
+        """Commit the positions of everything the current consumer returned (``on_batch``
+        owners call this once the effect of what they were given is durable)."""
+        session = self._session
+        if session is not None:
+            await session.consumer.commit()
+
+    # ------------------------------------------------------------------ loop
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Consume until ``stop`` (or :meth:`stop`); survives broker and handler failures.
+        Records in flight are awaited before it returns."""
+        watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
+        attempt = 0
+        try:
+            while not self._stop.is_set():
+                self._restart.clear()
+                if self._ready_when is Ready.ASSIGNED:
+                    self.ready.clear()
+                delay = 0.0
+                consumer = self._factory()
+                session = _Session(consumer)
+                try:
+                    await consumer.start()
+                    if self._on_open is not None:
+                        await self._on_open(consumer)
+                    self.consumers_started += 1
+                    self._session = session
+                    await self._consume(session)
+                    attempt = 0
+                except asyncio.CancelledError:
+                    raise
+                except Restart as exc:
+                    log.info("%s consumer: %s, recreating the consumer",
+                             self.name, str(exc) or type(exc).__name__)
+                    attempt = 0
+                    if self._on_error is not None:
+                        self._on_error(exc)
+                except Exception as exc:  # noqa: BLE001 - outage: back off, recreate
+                    if isinstance(exc, ExceptionGroup):
+                        exc = exc.exceptions[0]
+                    delay = self._backoff(attempt)
+                    attempt += 1
+                    if self._on_error is not None:
+                        self._on_error(exc)
+                    log.warning("%s consumer: %s: %s; restarting in %.1fs", self.name,
+                                type(exc).__name__, exc, delay)
+                finally:
+                    await self._close(session)
+                if self._stop.is_set():
+                    break
+                self.restarts += 1
+                if self._on_restart is not None:
+                    self._on_restart()
+                if delay:
+                    await interruptible_sleep(self._stop, None, delay)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.stop()
+
+    async def _close(self, session: _Session) -> None:
+        if self._session is session:
+            self._session = None
+        if self._lane is not None:
+            if session.failure is not None or self._cancel_in_flight:
+                for task in session.tasks:  # abandoned: read again by the next consumer
+                    task.cancel()
+                await asyncio.gather(*session.tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):  # what did finish is durable: commit it
+                await asyncio.wait_for(self._commit_points(session), 5)
+        if self._on_close is not None:
+            try:
+                await self._on_close(session.consumer)
+            except Exception as exc:  # noqa: BLE001
+                log.debug("%s consumer close hook failed: %s", self.name, exc)
+        try:
+            await asyncio.wait_for(session.consumer.stop(), 5)
+        except Exception as exc:  # noqa: BLE001 - a dead broker must not block a restart
+            log.debug("%s consumer stop failed: %s", self.name, exc)
+
+    async def _consume(self, session: _Session) -> None:
+        consumer = session.consumer
+        lost = False
+        interval = self._probe_interval_s
+        next_probe = time.monotonic() + interval if interval else None
+        while not self._restart.is_set():
+            if session.failure is not None:
+                raise session.failure
+            if self._max_pending is not None and \
+                    session.tracker.pending() >= self._max_pending:
+                await asyncio.sleep(0.01)
+                continue
+            batch = await consumer.getmany(timeout_ms=self._poll_ms,
+                                           max_records=self._max_records)
+            self._mark_ready(session, consumer, bool(batch))
+            await self._handle(session, batch)
+            if self._lane is not None:
+                await self._commit_points(session)
+            if next_probe is not None and interval and time.monotonic() >= next_probe:
+                next_probe = time.monotonic() + interval
+                try:
+                    await asyncio.wait_for(consumer.topics(), 3)
+                except Exception as exc:  # noqa: BLE001 - the broker is unreachable
+                    if not lost:
+                        log.warning("%s consumer: broker unreachable (%s)", self.name, exc)
+                    lost = True
+                    continue
+                if lost:
+                    raise BrokerLost("broker is back")
+        if session.failure is not None:
+            raise session.failure
+
+    def _mark_ready(self, session: _Session, consumer: Consumer, data: bool) -> None:
+        rule = self._ready_when
+        if rule is Ready.FETCHED:
+            self.ready.set()
+        elif rule is Ready.ASSIGNED:
+            if consumer.assignment():
+                self.ready.set()
+        elif data:
+            session.seen_data = True
+        elif session.seen_data or time.monotonic() - session.started >= self._empty_grace_s:
+            self.ready.set()
+
+    async def _handle(self, session: _Session, batch: Batch) -> None:
+        if self._on_batch is not None:
+            await self._on_batch(batch)
+            return
+        assert self._on_record is not None
+        if self._lane is None:
+            for tp, records in batch.items():
+                for record in records:
+                    await self._on_record(record)
+                if records and self._commit:
+                    await session.consumer.commit({tp: records[-1].offset + 1})
+            return
+        for tp, records in batch.items():
+            for record in records:
+                self._dispatch(session, tp, record)
+
+    def _dispatch(self, session: _Session, tp: Any, record: Any) -> None:
+        assert self._lane is not None
+        offset = int(record.offset)
+        session.tracker.started(tp, offset)
+        lane = self._lane(tp, record)
+        previous = self._chains.get(lane)
+        task = asyncio.create_task(self._run_record(session, previous, tp, offset, record))
+        self._chains[lane] = task
+        self._tasks.add(task)
+        session.tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            session.tasks.discard(t)
+            if self._chains.get(lane) is t:
+                del self._chains[lane]
+
+        task.add_done_callback(done)
+
+    async def _run_record(self, session: _Session, previous: asyncio.Task[None] | None,
+                          tp: Any, offset: int, record: Any) -> None:
+        if previous is not None:  # same lane: keep the order of the log
+            await asyncio.gather(previous, return_exceptions=True)
+        if session.failure is not None:
+            return  # an earlier record failed: this one is read again by the next consumer
+        assert self._on_record is not None
+        try:
+            if self._sem is None:
+                await self._on_record(record)
+            else:
+                async with self._sem:
+                    await self._on_record(record)
+        except Exception as exc:  # noqa: BLE001 - fails the session (not committed)
+            if session.failure is None:
+                session.failure = exc
+            return
+        session.tracker.finished(tp, offset)
+
+    async def _commit_points(self, session: _Session) -> None:
+        if not self._commit:
+            return
+        consumer = session.consumer
+        assigned = consumer.assignment()
+        points = {tp: off for tp, off in session.tracker.commit_points().items()
+                  if tp in assigned}
+        if points:
+            await consumer.commit(points)
+            session.tracker.committed(points)
+
+
+__all__ = [
+    "Batch", "BrokerLost", "Consumer", "ConsumerLoop", "OffsetTracker", "Ready", "Restart",
+    "backoff_delay", "interruptible_sleep",
+]
