@@ -57,13 +57,33 @@ class EngineAdapter:
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """Sampling parameters of one generation."""
+    """Sampling parameters of one generation (every field of the public request that
+    reaches the engine; see the gateway README's field table)."""
 
     max_tokens: int
     temperature: float
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    n: int = 1
+    """Choices to generate (chunks say which one by ``index``)."""
+    logprobs: int | None = None
+    """``None``: no log probabilities; k: the chosen token's and the top k per token."""
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(token id, bias added to its logit), sorted by token id."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """Log probability of one generated token, with the top alternatives."""
+
+    token_id: int
+    token: str
+    logprob: float
+    top: tuple[tuple[int, str, float], ...] = ()
+    """(token id, text, logprob) of the most likely tokens at this position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +95,9 @@ class EngineRequest:
     prompt: str
     sampling: Sampling
     adapter: EngineAdapter
+    priority: int = 0
+    """Engine scheduling priority, lower first (vLLM ``priority`` under
+    ``scheduling_policy="priority"``): the request's band, :mod:`loraplane.shared.ordering`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +107,15 @@ class EngineChunk:
     text: str
     token_ids: tuple[int, ...]
     finished: bool
+    """The whole generation (every choice) has ended: the last chunk."""
     finish_reason: str | None = None
-    """``"stop"``, ``"length"`` or ``"abort"`` on the last chunk."""
+    """``"stop"``, ``"length"`` or ``"abort"`` on the last chunk of choice ``index``."""
     prompt_tokens: int = 0
     """Prompt length in tokens (set on every chunk)."""
+    index: int = 0
+    """Choice the chunk belongs to (0 .. n-1)."""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """One per token of ``token_ids`` when the request asked for log probabilities."""
 
 
 @runtime_checkable

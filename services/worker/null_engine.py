@@ -9,7 +9,12 @@ default, never what a test of the worker's behaviour runs on, and never started 
     app = WorkerApp(settings, engine)
 
 Every generated token id is ``engine_id % 1000`` of the request's adapter (the base
-model goes through the zero adapter, like on a real engine). ``tokens_per_chunk`` > 1
+model goes through the zero adapter, like on a real engine), or the token with the
+largest positive ``logit_bias``: the null "model" puts all probability on that one token,
+so temperature, ``top_p``, seeds and penalties leave its output as it is. It honours the
+rest of the request as vLLM does: ``n`` choices (chunks carry their ``index``), stop
+strings (the text ends before the first one, ``finish_reason`` ``"stop"``) and
+``logprobs`` (log probability 0.0, the token itself the only alternative). ``tokens_per_chunk`` > 1
 puts up to that many tokens in one chunk, as vLLM does with ``RequestOutputKind.DELTA``
 when tokens are produced faster than the consumer reads them (its output collector merges
 the deltas it holds); 1 (the default) is one chunk per token.
@@ -21,7 +26,19 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from loraplane.worker.engine import EngineAdapter, EngineChunk, EngineLimits, EngineRequest
+from loraplane.worker.engine import (
+    EngineAdapter,
+    EngineChunk,
+    EngineLimits,
+    EngineRequest,
+    TokenLogprob,
+)
+
+
+def _stop_at(text: str, stops: tuple[str, ...]) -> int | None:
+    """Where ``text`` ends before its first stop string (None: none occurs)."""
+    found = [i for i in (text.find(stop) for stop in stops) if i >= 0]
+    return min(found) if found else None
 
 
 class NullEngine:
@@ -81,22 +98,39 @@ class NullEngine:
         return set(self._registered)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineChunk]:
-        """``max_tokens`` tokens, ``tokens_per_chunk`` (or fewer, at the end) per chunk."""
+        """``max_tokens`` tokens per choice, ``tokens_per_chunk`` (or fewer, at the end) per
+        chunk, the choices one after the other."""
+        s = request.sampling
         token = request.adapter.engine_id % 1000
-        n = request.sampling.max_tokens
+        biased = [(v, t) for t, v in s.logit_bias if v > 0]
+        if biased:
+            token = max(biased)[1]
+        word = f"t{token} "
+        n = s.max_tokens
         per = self.tokens_per_chunk
         self._running.add(request.request_id)
         try:
-            for start in range(0, n, per):
-                k = min(per, n - start)
-                if self.token_delay_s:
-                    await asyncio.sleep(self.token_delay_s * k)
-                if request.request_id in self._aborted:
-                    yield EngineChunk("", (), True, "abort", self.prompt_tokens)
-                    return
-                last = start + k == n
-                yield EngineChunk(f"t{token} " * k, (token,) * k, last,
-                                  "length" if last else None, self.prompt_tokens)
+            for index in range(s.n):
+                text = ""
+                for start in range(0, n, per):
+                    k = min(per, n - start)
+                    if self.token_delay_s:
+                        await asyncio.sleep(self.token_delay_s * k)
+                    if request.request_id in self._aborted:
+                        yield EngineChunk("", (), True, "abort", self.prompt_tokens, index)
+                        return
+                    delta, reason = word * k, "length" if start + k == n else None
+                    cut = _stop_at(text + delta, s.stop)
+                    if cut is not None:  # the text ends before the stop string
+                        delta, reason = (text + delta)[:cut][len(text):], "stop"
+                        k = -(-len(delta) // len(word))
+                    text += delta
+                    lps = ((TokenLogprob(token, word, 0.0, ((token, word, 0.0),)),) * k
+                           if s.logprobs is not None else ())
+                    yield EngineChunk(delta, (token,) * k, reason is not None and index == s.n - 1,
+                                      reason, self.prompt_tokens, index, lps)
+                    if reason is not None:
+                        break
         finally:
             self._running.discard(request.request_id)
             self._aborted.discard(request.request_id)

@@ -30,9 +30,10 @@ from datetime import UTC, datetime
 import grpc
 
 from loraplane.shared.errors import DeadlineExceeded, LoraplaneError
+from loraplane.shared.ordering import engine_priority
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import common_pb2, events_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
-from loraplane.worker.engine import EngineRequest, Sampling
+from loraplane.worker.engine import EngineRequest, Sampling, TokenLogprob
 from loraplane.worker.errors import BadRequest, BaseModelNotServed
 from loraplane.worker.guard import SafeEngine, check_rank
 from loraplane.worker.host_tier import ArtifactSpec
@@ -46,10 +47,22 @@ StateFn = Callable[[], events_pb2.WorkerState]
 
 WAITING_CLASSES = (common_pb2.REQUEST_CLASS_BACKGROUND, common_pb2.REQUEST_CLASS_CANARY)
 """Request classes that may wait for a cold load without a cold budget."""
+MAX_CHOICES = 16
+"""Largest ``n`` (choices of one request)."""
+MAX_LOGPROBS = 20
+"""Largest ``logprobs`` (alternatives per token; vLLM's default ``max_logprobs``)."""
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _logprob_msg(lp: TokenLogprob) -> inference_pb2.TokenLogprob:
+    return inference_pb2.TokenLogprob(
+        token_id=lp.token_id, token=lp.token, logprob=lp.logprob,
+        top=[inference_pb2.TopLogprob(token_id=t, token=text, logprob=v)
+             for t, text, v in lp.top],
+    )
 
 
 class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
@@ -114,9 +127,34 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
         top_p = params.top_p if params.HasField("top_p") else 1.0
         if not 0 < top_p <= 1:
             raise BadRequest(f"top_p {top_p} is not in (0, 1]")
+        n = params.n or 1
+        if not 1 <= n <= MAX_CHOICES:
+            raise BadRequest(f"n {n} is not within 1..{MAX_CHOICES}")
+        if n > 1 and temperature == 0:
+            raise BadRequest(f"n {n} needs a temperature > 0 (greedy sampling has one answer; "
+                             f"an unset temperature is this worker's default "
+                             f"{self.default_temperature:g})")
+        logprobs = params.logprobs if params.HasField("logprobs") else None
+        if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+            raise BadRequest(f"logprobs {logprobs} is not within 0..{MAX_LOGPROBS}")
+        penalties = {}
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(params, name) if params.HasField(name) else 0.0
+            if not -2.0 <= value <= 2.0:
+                raise BadRequest(f"{name} {value} is not within -2..2")
+            penalties[name] = value
+        if logprobs is not None and params.echo:
+            raise BadRequest("echo with logprobs is not supported (prompt log probabilities "
+                             "are not returned)")
+        bias = tuple(sorted(params.logit_bias.items()))
+        for token_id, value in bias:
+            if token_id < 0 or not -100.0 <= value <= 100.0:
+                raise BadRequest(f"logit_bias {token_id}: {value} is not a token id >= 0 "
+                                 "with a bias within -100..100")
         return Sampling(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p,
             seed=params.seed if params.HasField("seed") else None, stop=tuple(params.stop),
+            n=n, logprobs=logprobs, logit_bias=bias, **penalties,
         )
 
     def _validate(
@@ -165,15 +203,18 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
             async with self.manager.use(
                 spec, allow_cold=allow_cold, cold_timeout_s=cold_timeout,
                 never_evict=request.never_evict, request_class=request.request_class,
-                wait_s=first_token_timeout,
+                wait_s=first_token_timeout, priority=request.priority,
             ) as lease:
                 tier = lease.tier_at_arrival
                 engine_request = EngineRequest(
                     request_id=request.request_id, prompt=request.params.prompt,
                     sampling=sampling, adapter=lease.adapter,
+                    priority=engine_priority(request.request_class, request.priority),
                 )
                 stream = self.engine.generate(engine_request)
                 finished = False
+                echo = request.params.prompt if request.params.echo else None
+                echoed: set[int] = set()
                 try:
                     resolved: inference_pb2.ResolvedAdapter | None = self._resolved(
                         request, tier
@@ -197,9 +238,15 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
                             ttft_s = time.perf_counter() - started
                         prompt_tokens = chunk.prompt_tokens or prompt_tokens
                         output_tokens += len(chunk.token_ids)
+                        text = chunk.text
+                        if echo is not None and chunk.index not in echoed:
+                            echoed.add(chunk.index)  # each choice starts with the prompt
+                            text = echo + text
                         msg = inference_pb2.GenerateResponse(
-                            text=chunk.text, token_ids=list(chunk.token_ids),
-                            finished=chunk.finished,
+                            text=text, token_ids=list(chunk.token_ids),
+                            finished=chunk.finished, index=chunk.index,
+                            finish_reason=chunk.finish_reason or "",
+                            logprobs=[_logprob_msg(lp) for lp in chunk.logprobs],
                         )
                         if resolved is not None:
                             msg.resolved.CopyFrom(resolved)

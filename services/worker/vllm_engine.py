@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loraplane.devkit.engine import EngineOptions, shutdown_engine, start_engine
-from loraplane.worker.engine import EngineAdapter, EngineChunk, EngineLimits, EngineRequest
+from loraplane.worker.engine import (
+    EngineAdapter,
+    EngineChunk,
+    EngineLimits,
+    EngineRequest,
+    Sampling,
+    TokenLogprob,
+)
 from loraplane.worker.errors import BadRequest, EngineBusy, EngineDead, EngineFailure
 
 if TYPE_CHECKING:
@@ -32,6 +39,25 @@ def limits_of(options: EngineOptions) -> EngineLimits:
         max_loras=options.max_loras, max_cpu_loras=options.max_cpu_loras,
         max_lora_rank=options.max_lora_rank,
     )
+
+
+def _logprobs(completion: Any, k: int | None) -> tuple[TokenLogprob, ...]:
+    """vLLM's per-token ``{token_id: Logprob}`` (the chosen token plus the top ``k`` by
+    rank) as :class:`TokenLogprob` values; empty when none were asked for."""
+    if k is None or not completion.logprobs:
+        return ()
+    found = []
+    for token_id, position in zip(completion.token_ids, completion.logprobs, strict=True):
+        chosen = position[token_id]
+        top = sorted(((lp.rank or 0, tid, lp) for tid, lp in position.items()
+                      if lp.rank is not None and lp.rank <= k), key=lambda t: t[0])
+        found.append(TokenLogprob(
+            token_id=int(token_id), token=chosen.decoded_token or "",
+            logprob=float(chosen.logprob),
+            top=tuple((int(tid), lp.decoded_token or "", float(lp.logprob))
+                      for _, tid, lp in top),
+        ))
+    return tuple(found)
 
 
 class VllmEngine:
@@ -118,6 +144,23 @@ class VllmEngine:
         except Exception as exc:
             raise self._failure("list_loras", exc) from exc
 
+    @staticmethod
+    def _params(s: Sampling, sampling_params: Any, output_kind: Any) -> Any:
+        """vLLM's ``SamplingParams`` of one request (raises on values vLLM refuses)."""
+        return sampling_params(
+            n=s.n,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            stop=list(s.stop) or None,
+            logprobs=s.logprobs,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
+            logit_bias=dict(s.logit_bias) or None,
+            output_kind=output_kind,
+        )
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineChunk]:
         """Stream deltas of ``request``; closing the iterator aborts it in the engine."""
         from vllm import SamplingParams
@@ -126,30 +169,32 @@ class VllmEngine:
         from vllm.v1.engine.exceptions import EngineDeadError
 
         s = request.sampling
-        params = SamplingParams(
-            max_tokens=s.max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            seed=s.seed,
-            stop=list(s.stop) or None,
-            output_kind=RequestOutputKind.DELTA,
-        )
+        try:
+            params = self._params(s, SamplingParams, RequestOutputKind.DELTA)
+        except (VLLMClientError, ValueError) as exc:  # e.g. n > 1 with greedy sampling
+            raise BadRequest(f"engine refused request {request.request_id}: {exc}") from exc
         stream = self._llm.generate(
             request.prompt,
             params,
             request_id=request.request_id,
             lora_request=self._lora_request(request.adapter),
+            priority=request.priority,  # the band: vLLM's waiting queue in the shared order
         )
         try:
             async for out in stream:
-                completion = out.outputs[0]
-                yield EngineChunk(
-                    text=completion.text,
-                    token_ids=tuple(completion.token_ids),
-                    finished=bool(out.finished),
-                    finish_reason=completion.finish_reason if out.finished else None,
-                    prompt_tokens=len(out.prompt_token_ids or ()),
-                )
+                # DELTA with n > 1: each output holds the new tokens of one choice (its
+                # ``index``); ``out.finished`` once every choice has ended
+                last = len(out.outputs) - 1
+                for i, completion in enumerate(out.outputs):
+                    yield EngineChunk(
+                        text=completion.text,
+                        token_ids=tuple(completion.token_ids),
+                        finished=bool(out.finished) and i == last,
+                        finish_reason=completion.finish_reason,
+                        prompt_tokens=len(out.prompt_token_ids or ()),
+                        index=completion.index,
+                        logprobs=_logprobs(completion, s.logprobs),
+                    )
         except EngineDeadError as exc:
             raise EngineDead(f"engine died during request {request.request_id}: {exc}") from exc
         except (asyncio.CancelledError, GeneratorExit):
