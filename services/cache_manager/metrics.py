@@ -5,6 +5,11 @@ occupancy, worker counts and request hits by tier are read from the decision
 core when Prometheus scrapes (:class:`StateCollector`), so the hot path of heat
 events touches no Prometheus object.
 
+``loraplane_cache_requests_total`` holds the versions still live: a version retired,
+rejected or gone from the registry keeps its series only while it is placed on some worker
+(its last requests drain there); once it is evicted everywhere its series go at the next
+scrape (:data:`ENDED`).
+
 Hit ratio by tier (PromQL), per version / adapter / tenant::
 
     sum by (tenant, adapter, version) (rate(loraplane_cache_requests_total{tier="hot"}[5m]))
@@ -20,13 +25,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from loraplane.cache_manager.core import CacheCore
-from loraplane.cache_manager.model import Tier
+from loraplane.cache_manager.model import Status, Tier
 from loraplane.shared.metrics import LATENCY_BUCKETS, PerRegistry
 
 COMMAND_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
 """Command round trips (issue → worker report): from an engine re-register to a cold fetch."""
+ENDED: frozenset[Status] = frozenset({Status.RETIRED, Status.REJECTED, Status.GONE})
+"""Statuses after which a version's hit series are exported only while it is placed."""
 
 
 class CacheMetrics(PerRegistry):
@@ -122,11 +129,13 @@ class StateCollector(Collector):
         if core is not None:
             state = core.state
             alive = gone = synced = 0
+            placed: set[str] = set()
             for w in list(state.workers.values()):
                 alive += w.alive
                 gone += not w.alive
                 synced += w.synced
                 placements = dict(w.placements)
+                placed.update(placements)
                 used = sum(p.size_bytes for p in placements.values())
                 bytes_.add_metric([w.worker_id, "capacity"], w.warm_bytes_capacity)
                 bytes_.add_metric([w.worker_id, "used"], used)
@@ -142,7 +151,11 @@ class StateCollector(Collector):
             workers.add_metric(["gone"], gone)
             workers.add_metric(["synced"], synced)
             pending.add_metric([], len(core.tracker))
+            versions = state.versions.copy()
             for (vid, tier), n in state.hits.copy().items():
+                rec = versions.get(vid)
+                if vid not in placed and (rec is None or rec.status in ENDED):
+                    continue
                 adapter_id, _, version = vid.rpartition("@")
                 tenant, _, name = adapter_id.partition("/")
                 hits.add_metric([tenant, name, version, tier.value], n)

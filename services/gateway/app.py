@@ -137,6 +137,7 @@ class GatewayApp:
         self.metrics = GatewayMetrics.for_registry(registry)
         self.gateway = build_gateway(settings, self.publisher, metrics=self.metrics)
         self.metrics.views.placement = self.gateway.placement
+        self.metrics.views.catalog = self.gateway.catalog  # retired versions' series go
         self.metrics.views.heat = self.gateway.heat
         self.metrics.views.prewarm = self.gateway.prewarm
         self.prober: WorkerProber | None = None

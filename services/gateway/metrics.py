@@ -22,6 +22,13 @@ Base-model requests use ``adapter="_base"`` and the base model as ``version``.
   probe), ``loraplane_gateway_worker_last_report_timestamp_seconds{worker}`` (last
   ``cache.state`` report), ``loraplane_gateway_worker_routable{worker}`` and
   ``loraplane_gateway_worker_probes_total{worker,result}``. Bounded by the workers known.
+
+Series of retired versions are removed: :attr:`GatewayMetrics.sweeper` (a
+:class:`~loraplane.shared.metrics.SeriesSweeper`, run at every scrape) removes every
+``(tenant, adapter, version)`` child of the version-labelled families once the adapter
+view has called the version retired or rejected for ``SERIES_GRACE_S`` (and drops the
+cached label children), so those families hold the versions not retired that this gateway
+served, plus the base models.
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from loraplane.shared.metrics import PerRegistry
+from loraplane.shared.metrics import PerRegistry, SeriesSweeper
 
 if TYPE_CHECKING:
+    from loraplane.gateway.catalog import AdapterCatalog
     from loraplane.gateway.emit import HeatEmitter, PrewarmRequester
     from loraplane.gateway.placement import PlacementView
 
@@ -50,6 +58,8 @@ DURATION_BUCKETS: tuple[float, ...] = (
 """Whole-request buckets (seconds)."""
 
 _LABELS = ("tenant", "adapter", "version", "class")
+VERSION_LABELS = ("tenant", "adapter", "version")
+"""The labels naming one version in the version-labelled families (what the sweeper removes)."""
 
 
 @dataclass(slots=True)
@@ -132,6 +142,35 @@ class GatewayMetrics(PerRegistry):
         self.views = _ViewCollector()
         registry.register(self.views)
         self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self.sweeper = SeriesSweeper(
+            [self.requests, self.ttft, self.duration, self.degraded, self.budget_exceeded,
+             self.routed],
+            VERSION_LABELS, self._version_live, on_removed=self._forget,
+        )
+        registry.register(self.sweeper)  # last: sweeps after the families were scraped
+
+    def _version_live(self, keys: set[tuple[str, ...]]) -> set[tuple[str, ...]] | None:
+        """Those not retired or rejected in the adapter view (the base model's series,
+        ``adapter="_base"``, always are); None without a view."""
+        catalog = self.views.catalog
+        if catalog is None:
+            return None
+        from loraplane.gateway.service import BASE_LABEL
+
+        def live(tenant: str, adapter: str, version: str) -> bool:
+            if adapter == BASE_LABEL:
+                return True
+            info = catalog.version(tenant, adapter, version)
+            return info is not None and not info.retired
+
+        return {k for k in keys if live(*k)}
+
+    def _forget(self, key: tuple[str, ...]) -> None:
+        """Drop the cached label children of a removed version (a later request binds new
+        ones)."""
+        for labels in list(self._series):
+            if labels[:3] == key:
+                self._series.pop(labels, None)
 
     def series(self, tenant: str, adapter: str, version: str, klass: str) -> _Series:
         """Label children of one (tenant, adapter, version, class), cached."""
@@ -160,6 +199,8 @@ class _ViewCollector(Collector):
 
     def __init__(self) -> None:
         self.placement: PlacementView | None = None
+        self.catalog: AdapterCatalog | None = None
+        """The adapter view: which versions are retired (for the series sweeper)."""
         self.heat: HeatEmitter | None = None
         self.prewarm: PrewarmRequester | None = None
 

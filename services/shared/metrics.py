@@ -5,6 +5,9 @@
   :mod:`loraplane.stack.services`, which Prometheus scrapes.
 * :class:`RpcMetrics`: per-RPC request counter and latency histogram, recorded by
   the interceptor of :mod:`loraplane.shared.grpcutil`.
+* :class:`SeriesSweeper`: removes the label children of versions that are gone
+  (retired, or no longer on a worker) ``grace_s`` after they went, so that version-labelled
+  families hold the live versions, not every version ever seen (``infra/METRICS.md``).
 
 Metric families are created once per :class:`~prometheus_client.CollectorRegistry`
 (:meth:`for_registry`), so several servers in one process (tests) share them
@@ -14,9 +17,14 @@ instead of failing on duplicate registration. Names are prefixed ``loraplane_``.
 from __future__ import annotations
 
 import threading
-from typing import ClassVar, Self
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, ClassVar, Self
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import Metric
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -103,6 +111,110 @@ def split_method(full_method: str) -> tuple[str, str]:
     if len(parts) != 2:
         return full_method, ""
     return parts[0], parts[1]
+
+
+SERIES_GRACE_S = 60.0
+"""How long the series of a gone version stay after it went: scrapers (up to 30 s apart,
+two Prometheus replicas) read their last values, and requests still in flight when it went
+are counted, before they are removed."""
+
+
+class SeriesSweeper(Collector):
+    """Removes the children of version-labelled families whose version is gone.
+
+    ``key_labels`` name a version in ``families`` (each family has them all); ``live(keys)``
+    returns those of the versions ``keys`` (their values, in that order) still live, and
+    ``busy`` (optional) is a gauge with the same key labels whose children above 0 count as
+    live too (requests in flight). A key seen not live is marked; once it has been not
+    live for ``grace_s`` on the injected ``clock``, every child of it is removed from every
+    family (``remove_by_labels``), and ``on_removed(key)`` is called. A key live again
+    before that is unmarked.
+
+    Registered in the registry *after* the families (it yields no metric), a sweep runs at
+    every scrape once the families were read, so the last values were exported; call
+    :meth:`sweep` directly where nothing scrapes. ``live`` returning None means "not known
+    yet" (the process has no view to judge by): nothing is marked.
+    """
+
+    def __init__(
+        self,
+        families: Sequence[MetricWrapperBase],
+        key_labels: Sequence[str],
+        live: Callable[[set[tuple[str, ...]]], set[tuple[str, ...]] | None],
+        *,
+        busy: MetricWrapperBase | None = None,
+        grace_s: float = SERIES_GRACE_S,
+        clock: Callable[[], float] = time.monotonic,
+        on_removed: Callable[[tuple[str, ...]], None] | None = None,
+    ) -> None:
+        self.families = list(families)
+        self.key_labels = tuple(key_labels)
+        self.live = live
+        self.busy = busy
+        self.grace_s = grace_s
+        self.clock = clock
+        self.on_removed = on_removed
+        self.removed = 0
+        """Versions whose series were removed since the process started."""
+        self._gone_since: dict[tuple[str, ...], float] = {}
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        self.sweep()
+        return iter(())
+
+    def _children(self, family: MetricWrapperBase) -> Iterable[tuple[tuple[str, ...], Any]]:
+        """(key, child) of every child of ``family``. prometheus-client lists children
+        only through ``collect()`` (every sample of every bucket, as costly as a scrape),
+        so this reads its child table, ``_metrics`` keyed by label values in
+        ``_labelnames`` order (stable since 0.4; pinned in pyproject.toml)."""
+        names = list(family._labelnames)
+        at = [names.index(k) for k in self.key_labels]
+        with family._lock:
+            table = list(family._metrics.items())
+        for values, child in table:
+            yield tuple(values[i] for i in at), child
+
+    def sweep(self) -> list[tuple[str, ...]]:
+        """Mark the keys that are not live, remove those not live for ``grace_s``;
+        returns the keys removed."""
+        with self._lock:
+            now = self.clock()
+            keys: set[tuple[str, ...]] = set()
+            for family in self.families:
+                keys.update(k for k, _ in self._children(family))
+            busy = ({k for k, child in self._children(self.busy) if child._value.get() > 0}
+                    if self.busy is not None else set())
+            live = self.live(keys - busy)
+            gone = set() if live is None else keys - busy - live
+            for key in [k for k in self._gone_since if k not in gone]:
+                del self._gone_since[key]
+            removed: list[tuple[str, ...]] = []
+            for key in gone:
+                since = self._gone_since.setdefault(key, now)
+                if now - since < self.grace_s:
+                    continue
+                labels = dict(zip(self.key_labels, key, strict=True))
+                for family in self.families:
+                    family.remove_by_labels(labels)
+                del self._gone_since[key]
+                removed.append(key)
+            self.removed += len(removed)
+        for key in removed:
+            if self.on_removed is not None:
+                self.on_removed(key)
+        return removed
+
+
+def families_with(owner: object, labels: Sequence[str]) -> list[MetricWrapperBase]:
+    """The metric families among ``owner``'s attributes labelled with all of ``labels``."""
+    want = set(labels)
+    return [v for v in vars(owner).values()
+            if isinstance(v, MetricWrapperBase)
+            and want <= set(getattr(v, "_labelnames", ()))]
 
 
 _PerRegistry = PerRegistry  # earlier name, kept for existing imports

@@ -107,6 +107,9 @@ class WorkerApp:
             slot_queue_depth=settings.worker_slot_queue_depth,
             slot_retry_after_s=settings.worker_slot_retry_after_s,
         )
+        manager = self.manager
+        self.metrics.versions_placed = lambda: [  # gone versions' series are removed
+            manager.labels(p.spec) for p in list(manager.placements.values())]
         self.executor = CommandExecutor(self.manager, worker_id=settings.worker_id, clock=clock)
         self.publisher = Publisher(settings.kafka_bootstrap, on_recovered=self._broker_recovered,
                                    on_dropped=self.metrics.reports_dropped.inc)

@@ -2,13 +2,22 @@
 
 Adapter-level families carry ``base_model``, ``tenant``, ``adapter`` and ``version``
 labels (base-model requests use ``tenant`` of the caller and ``adapter="", version=""``).
+
+Series of versions gone from this worker are removed: :attr:`WorkerMetrics.sweeper` (a
+:class:`~loraplane.shared.metrics.SeriesSweeper`, run at every scrape) removes every child
+of a version that has been neither HOT nor WARM here (:attr:`WorkerMetrics.versions_placed`)
+and had no request in flight for ``SERIES_GRACE_S``, so the adapter-level families hold the
+versions placed on the worker (plus those that left within the grace), not every version
+it ever served.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from loraplane.shared.metrics import LATENCY_BUCKETS, _PerRegistry
+from loraplane.shared.metrics import LATENCY_BUCKETS, SeriesSweeper, _PerRegistry, families_with
 
 ADAPTER_LABELS = ("base_model", "tenant", "adapter", "version")
 """Labels identifying one adapter version."""
@@ -135,3 +144,19 @@ class WorkerMetrics(_PerRegistry):
             ["base_model"],
             registry=registry,
         )
+        # keep last: sweeps every family above labelled by version, after it was scraped
+        self.versions_placed: Callable[[], Iterable[Mapping[str, str]]] | None = None
+        """The labels of the versions HOT or WARM on this worker now (set by the app)."""
+        self.sweeper = SeriesSweeper(
+            families_with(self, ADAPTER_LABELS), ADAPTER_LABELS, self._versions_live,
+            busy=self.in_flight,
+        )
+        registry.register(self.sweeper)
+
+    def _versions_live(self, keys: set[tuple[str, ...]]) -> set[tuple[str, ...]] | None:
+        """Those placed on this worker, and the base model's (``adapter=""``)."""
+        placed = self.versions_placed
+        if placed is None:
+            return None
+        here = {tuple(labels[k] for k in ADAPTER_LABELS) for labels in placed()}
+        return {k for k in keys if k[2] == "" or k in here}
