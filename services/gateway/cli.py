@@ -3,7 +3,9 @@
 Connection and credentials come from the environment (``set -a; . .loraplane/demo.env``):
 ``LORAPLANE_GATEWAY_GRPC`` (host:port) and ``LORAPLANE_API_KEY`` (else
 ``LORAPLANE_DEMO_API_KEY``). The resolution (version, tier, worker, canary, degraded)
-is printed to stderr, the generated text to stdout.
+is printed to stderr, the generated text to stdout: with ``--n`` > 1 each choice on its
+own line as ``[index] text``; with ``--logprobs K`` every token's log probability and its
+top K alternatives go to stderr.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ CLASSES = {
     "background": common_pb2.REQUEST_CLASS_BACKGROUND,
     "canary": common_pb2.REQUEST_CLASS_CANARY,
 }
+
+STOP_OPTION = typer.Option(None, "--stop", help="stop string (repeatable)")
+LOGIT_BIAS_OPTION = typer.Option(None, "--logit-bias", help="TOKEN_ID=BIAS (repeatable)")
 
 
 def _api_key(explicit: str | None) -> str:
@@ -48,6 +53,14 @@ def generate(
                                       help="interactive | background | canary"),
     request_key: str = typer.Option("", "--key", help="sticky canary key (user/session id)"),
     base_model: str = typer.Option("", "--base-model"),
+    n: int = typer.Option(1, "--n", help="choices (n > 1 needs --temperature > 0)"),
+    logprobs: int | None = typer.Option(None, "--logprobs",
+                                        help="log probability of each token and its top k"),
+    echo: bool = typer.Option(False, "--echo", help="each choice starts with the prompt"),
+    stop: list[str] | None = STOP_OPTION,
+    presence_penalty: float | None = typer.Option(None, "--presence-penalty"),
+    frequency_penalty: float | None = typer.Option(None, "--frequency-penalty"),
+    logit_bias: list[str] | None = LOGIT_BIAS_OPTION,
     gateway: str | None = typer.Option(None, "--gateway", envvar="LORAPLANE_GATEWAY_GRPC",
                                        help="gateway host:port"),
     api_key: str | None = typer.Option(None, "--api-key", help="default: $LORAPLANE_API_KEY"),
@@ -64,13 +77,21 @@ def generate(
     req = inference_pb2.GenerateRequest(
         adapter=adapter, prompt=prompt, max_tokens=max_tokens,
         request_class=CLASSES[request_class], request_key=request_key, base_model=base_model,
+        n=n, echo=echo, stop=stop or [],
     )
-    if temperature is not None:
-        req.temperature = temperature
-    if top_p is not None:
-        req.top_p = top_p
-    if seed is not None:
-        req.seed = seed
+    for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed),
+                        ("logprobs", logprobs), ("presence_penalty", presence_penalty),
+                        ("frequency_penalty", frequency_penalty)):
+        if value is not None:
+            setattr(req, name, value)
+    for item in logit_bias or []:
+        token, _, bias = item.partition("=")
+        try:
+            req.logit_bias[int(token)] = float(bias)
+        except ValueError:
+            typer.echo(f"error: --logit-bias {item!r} is not TOKEN_ID=BIAS", err=True)
+            raise typer.Exit(2) from None
+    texts: dict[int, list[str]] = {}
     metadata = [("authorization", f"Bearer {_api_key(api_key)}")]
     if request_id:
         metadata.append((REQUEST_ID_METADATA, request_id))
@@ -89,11 +110,21 @@ def generate(
                         f" request={r.request_id}]",
                         err=True,
                     )
-                if msg.text:
+                if n > 1:  # choices interleave: printed whole, one by one, at the end
+                    texts.setdefault(msg.index, []).append(msg.text)
+                elif msg.text:
                     sys.stdout.write(msg.text)
                     sys.stdout.flush()
+                for lp in msg.logprobs:
+                    top = " ".join(f"{t.token!r}:{t.logprob:.3f}" for t in lp.top)
+                    typer.echo(f"[logprob choice={msg.index} {lp.token!r} {lp.logprob:.3f}"
+                               f"{' top ' + top if top else ''}]", err=True)
+                if msg.finish_reason and n > 1:
+                    typer.echo(f"[choice {msg.index}: {msg.finish_reason}]", err=True)
                 if msg.finished:
-                    sys.stdout.write("\n")
+                    for index in sorted(texts):
+                        sys.stdout.write(f"[{index}] {''.join(texts[index])}\n")
+                    sys.stdout.write("\n" if n == 1 else "")
                     u = msg.usage
                     typer.echo(
                         f"[{msg.finish_reason}; {u.prompt_tokens} prompt + {u.output_tokens} "

@@ -4,8 +4,10 @@ Used by the gateway's tests and, when the worker's null engine is not available,
 by ``python -m loraplane.gateway.bench``. It behaves like a worker on the wire:
 the first message carries ``resolved.tier_at_arrival`` (HOT when the version is
 in its hot set, else it "loads" it for ``load_ms`` and reports the tier it came
-from), then ``max_tokens`` text deltas (``tok0 tok1 …``), and a last message with
-``finished`` and ``usage``. It records the requests it received.
+from), then ``max_tokens`` text deltas (``tok0 tok1 …``) for each of the ``n`` choices (by
+``index``; with ``echo`` each starts with the prompt; with ``logprobs`` each token has a
+log probability of 0.0), and a last message with ``finished`` and ``usage``. It records
+the requests it received.
 """
 
 from __future__ import annotations
@@ -76,20 +78,35 @@ class EchoWorker(worker_pb2_grpc.WorkerInternalServicer):
                 await asyncio.sleep(delay / 1000.0)
             self.hot.add(request.engine_id)
             self.warm.discard(request.engine_id)
-        n = request.params.max_tokens or DEFAULT_TOKENS
+        params = request.params
+        n = params.max_tokens or DEFAULT_TOKENS
+        choices = params.n or 1
         try:
             yield inference_pb2.GenerateResponse(
-                resolved=inference_pb2.ResolvedAdapter(tier_at_arrival=tier)
+                resolved=inference_pb2.ResolvedAdapter(tier_at_arrival=tier),
+                text=params.prompt if params.echo else "",
             )
-            for i in range(n):
-                if self.token_delay_s:
-                    await asyncio.sleep(self.token_delay_s)
-                yield inference_pb2.GenerateResponse(text=f"tok{i} ", token_ids=[i])
+            for index in range(choices):
+                if index and params.echo:
+                    yield inference_pb2.GenerateResponse(text=params.prompt, index=index)
+                for i in range(n):
+                    if self.token_delay_s:
+                        await asyncio.sleep(self.token_delay_s)
+                    msg = inference_pb2.GenerateResponse(text=f"tok{i} ", token_ids=[i],
+                                                         index=index)
+                    if params.HasField("logprobs"):
+                        msg.logprobs.append(inference_pb2.TokenLogprob(
+                            token_id=i, token=f"tok{i} ", logprob=0.0,
+                            top=[inference_pb2.TopLogprob(token_id=i, token=f"tok{i} ")]))
+                    if i == n - 1 and index < choices - 1:
+                        msg.finish_reason = "length"
+                    yield msg
             yield inference_pb2.GenerateResponse(
                 finished=True,
                 finish_reason="length",
+                index=choices - 1,
                 usage=inference_pb2.Usage(
-                    prompt_tokens=len(request.params.prompt.split()), output_tokens=n
+                    prompt_tokens=len(params.prompt.split()), output_tokens=n * choices
                 ),
             )
         except asyncio.CancelledError:

@@ -8,6 +8,12 @@
 * ``GET /healthz`` (the process answers) and ``GET /readyz`` (503 until the key view
   has replayed ``tenant.events``).
 
+Request fields: every field of both OpenAI APIs is honoured (mapped onto
+``GenerateRequest``) or refused with a 400 naming it, and unknown fields are refused:
+nothing is accepted and dropped (the table is :data:`.openai_fields.FIELDS`, rendered in
+the README). ``n`` choices, ``logprobs`` / ``top_logprobs`` and ``echo`` come back in the
+OpenAI shapes, streamed (one chunk per worker message, with its choice ``index``) and not.
+
 ``model`` is an adapter name, or a base model: its served name (``loraplane/tiny-llama``)
 or the alias ``"base"`` (the default base model). Missing or empty is a 400 naming
 ``model``, never base-model text.
@@ -17,8 +23,9 @@ Authentication: ``Authorization: Bearer <api key>``. Errors: OpenAI-style bodies
 status and a ``Retry-After`` header when there is a retry hint. The resolution
 comes back in ``x-loraplane-*`` headers and in a ``loraplane`` object of the body.
 Extensions: ``request_class`` (``interactive`` / ``background`` / ``canary``) and
-``request_key`` (sticky canary split; default: the OpenAI ``user`` field), also as
-headers ``x-loraplane-request-class`` / ``x-loraplane-request-key``.
+``request_key`` (sticky canary split; default: the OpenAI ``user`` field, then
+``safety_identifier``), also as headers ``x-loraplane-request-class`` /
+``x-loraplane-request-key``.
 """
 
 from __future__ import annotations
@@ -27,13 +34,14 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loraplane.gateway.auth import Principal
 from loraplane.gateway.budget import TIER_NAMES
@@ -45,6 +53,16 @@ from loraplane.gateway.names import (
     base_model_named,
     check_adapter_name,
     route_base_model_name,
+)
+from loraplane.gateway.openai_fields import (
+    CHAT,
+    COMPLETIONS,
+    Api,
+    chat_logprobs,
+    chat_prompt,
+    check_fields,
+    completion_logprobs,
+    to_generate_request,
 )
 from loraplane.gateway.service import Gateway, Limits, new_request_id, validate_params
 from loraplane.shared.errors import InvalidArgument, LoraplaneError
@@ -61,16 +79,32 @@ CLASSES = {
 """Request class names accepted by the HTTP API."""
 
 
+class StreamOptions(BaseModel):
+    """``stream_options`` (``include_obfuscation`` accepted only false: no padding)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool | None = None
+
+
 class _Common(BaseModel):
+    """Types of the fields both APIs share (which fields exist and which are refused is
+    :mod:`.openai_fields`' table, checked before these models see the body)."""
+
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(description="adapter name, or a base model: its served name or 'base'")
     max_tokens: int | None = Field(default=None, ge=0)
     temperature: float | None = None
     top_p: float | None = None
+    n: int | None = Field(default=None, ge=1)
     seed: int | None = None
     stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     user: str | None = None
     request_class: Literal["interactive", "background", "canary"] | None = None
     request_key: str | None = None
@@ -81,6 +115,9 @@ class CompletionRequest(_Common):
     """Body of ``POST /v1/completions``."""
 
     prompt: str | list[str]
+    logprobs: int | None = Field(default=None, ge=0)
+    echo: bool | None = None
+    best_of: int | None = Field(default=None, ge=1)
 
 
 class ChatMessage(BaseModel):
@@ -90,6 +127,7 @@ class ChatMessage(BaseModel):
 
     role: str
     content: str | list[dict[str, Any]] | None = ""
+    name: str | None = None
 
 
 class ChatRequest(_Common):
@@ -97,19 +135,33 @@ class ChatRequest(_Common):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=0)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0)
+    safety_identifier: str | None = None
 
 
-def chat_prompt(messages: list[ChatMessage]) -> str:
-    """Plain-text prompt of a chat (``role: content`` lines, then ``assistant:``)."""
-    lines = []
-    for m in messages:
-        if isinstance(m.content, list):
-            text = "".join(str(part.get("text", "")) for part in m.content)
-        else:
-            text = m.content or ""
-        lines.append(f"{m.role}: {text}")
-    lines.append("assistant:")
-    return "\n".join(lines)
+SCHEMAS: dict[Api, type[_Common]] = {COMPLETIONS: CompletionRequest, CHAT: ChatRequest}
+
+
+async def _checked_body(request: Request, api: Api) -> tuple[dict[str, Any], _Common]:
+    """The JSON body and its typed view; every problem of its fields at once (400)."""
+    try:
+        data = await request.json()
+    except ValueError:
+        raise InvalidArgument("the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    problems = check_fields(data, api)
+    try:
+        body = SCHEMAS[api].model_validate(data)
+    except ValidationError as exc:
+        problems.extend(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()
+        )
+        raise InvalidArgument("; ".join(problems)) from None
+    if problems:
+        raise InvalidArgument("; ".join(problems))
+    return data, body
 
 
 def _error(exc: LoraplaneError) -> JSONResponse:
@@ -120,8 +172,8 @@ def _error(exc: LoraplaneError) -> JSONResponse:
 
 
 def _to_grpc(
-    body: _Common, request: Request, prompt: str, max_tokens: int | None, served: list[str],
-    limits: Limits,
+    data: dict[str, Any], body: _Common, api: Api, request: Request, prompt: str,
+    served: list[str], limits: Limits,
 ) -> Any:
     model_problem = None
     if base_model_named(body.model, served) is None:
@@ -129,27 +181,18 @@ def _to_grpc(
             check_adapter_name(body.model, field="model")  # missing, path-like: named `model`
         except InvalidAdapterName as exc:
             model_problem = exc
-    req = inference_pb2.GenerateRequest(
-        adapter=body.model,
-        prompt=prompt,
-        max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
-        base_model=body.base_model or "",
+    req = to_generate_request(
+        data, api, prompt=prompt,
+        default_max_tokens=DEFAULT_MAX_TOKENS if api == COMPLETIONS else None,
     )
-    if body.temperature is not None:
-        req.temperature = body.temperature
-    if body.top_p is not None:
-        req.top_p = body.top_p
-    if body.seed is not None:
-        req.seed = body.seed
-    if body.stop:
-        req.stop.extend([body.stop] if isinstance(body.stop, str) else body.stop)
     klass = body.request_class or request.headers.get("x-loraplane-request-class")
     if klass:
         if klass not in CLASSES:
             raise InvalidArgument(f"request_class must be one of {sorted(CLASSES)}")
         req.request_class = CLASSES[klass]
     req.request_key = (
-        body.request_key or request.headers.get("x-loraplane-request-key") or body.user or ""
+        body.request_key or request.headers.get("x-loraplane-request-key") or body.user
+        or getattr(body, "safety_identifier", None) or ""
     )
     if model_problem is not None:  # with every other problem of the request
         others = validate_params(req, limits)
@@ -158,6 +201,32 @@ def _to_grpc(
         raise model_problem
     route_base_model_name(req, served, field="model")
     return req
+
+
+@dataclass(slots=True)
+class _Choice:
+    """One choice being assembled from the stream."""
+
+    parts: list[str] = field(default_factory=list)
+    logprobs: list[inference_pb2.TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+def _usage(msg: inference_pb2.GenerateResponse) -> dict[str, int]:
+    return {
+        "prompt_tokens": msg.usage.prompt_tokens,
+        "completion_tokens": msg.usage.output_tokens,
+        "total_tokens": msg.usage.prompt_tokens + msg.usage.output_tokens,
+    }
+
+
+def _logprobs_of(req: inference_pb2.GenerateRequest, chat: bool,
+                 entries: list[inference_pb2.TokenLogprob], offset: int = 0) -> Any:
+    if not req.HasField("logprobs"):
+        return None
+    if chat:
+        return chat_logprobs(entries, req.logprobs)
+    return completion_logprobs(entries, req.logprobs, offset)
 
 
 def _resolution_body(resolved: inference_pb2.ResolvedAdapter) -> dict[str, Any]:
@@ -197,11 +266,18 @@ def create_app(gateway: Gateway) -> FastAPI:
         header = request.headers.get("authorization")
         return gateway.authenticate(bearer_token([("authorization", header)] if header else []))
 
-    async def serve(
-        request: Request, body: _Common, prompt: str, max_tokens: int | None, chat: bool
-    ) -> Any:
+    async def serve(request: Request, api: Api) -> Any:
+        data, body = await _checked_body(request, api)
+        chat = api == CHAT
+        if isinstance(body, ChatRequest):
+            prompt = chat_prompt(data["messages"])
+        else:
+            assert isinstance(body, CompletionRequest)
+            if isinstance(body.prompt, list) and len(body.prompt) != 1:
+                raise InvalidArgument("prompt must be a string or a list of exactly one string")
+            prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
         principal = principal_of(request)
-        req = _to_grpc(body, request, prompt, max_tokens, served(), gateway.limits)
+        req = _to_grpc(data, body, api, request, prompt, served(), gateway.limits)
         rid = request.headers.get("x-request-id") or new_request_id()
         stream = gateway.generate(principal, req, request_id=rid)
         try:
@@ -215,51 +291,58 @@ def create_app(gateway: Gateway) -> FastAPI:
         ident = ("chatcmpl-" if chat else "cmpl-") + resolved.request_id
         extra = _resolution_body(resolved)
         if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
-                _sse(first, stream, ident, created, body.model, chat, extra),
+                _sse(first, stream, ident, created, body.model, chat, extra, req, include_usage),
                 media_type="text/event-stream",
                 headers={**headers, "Cache-Control": "no-cache"},
             )
-        parts = [first.text]
+        choices: dict[int, _Choice] = {i: _Choice() for i in range(req.n or 1)}
         last = first
-        async for msg in stream:
-            parts.append(msg.text)
+        msg = first
+        while True:
+            c = choices.setdefault(msg.index, _Choice())
+            c.parts.append(msg.text)
+            c.logprobs.extend(msg.logprobs)
+            if msg.finish_reason:
+                c.finish_reason = msg.finish_reason
             last = msg
-        text = "".join(parts)
-        usage = {
-            "prompt_tokens": last.usage.prompt_tokens,
-            "completion_tokens": last.usage.output_tokens,
-            "total_tokens": last.usage.prompt_tokens + last.usage.output_tokens,
-        }
-        reason = last.finish_reason or "stop"
-        choice: dict[str, Any] = {"index": 0, "finish_reason": reason, "logprobs": None}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
+            try:
+                msg = await anext(stream)
+            except StopAsyncIteration:
+                break
+        out = []
+        for index in sorted(choices):
+            c = choices[index]
+            text = "".join(c.parts)
+            choice: dict[str, Any] = {
+                "index": index, "finish_reason": c.finish_reason or "stop",
+                "logprobs": _logprobs_of(req, chat, c.logprobs),
+            }
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text, "refusal": None}
+            else:
+                choice["text"] = text
+            out.append(choice)
         payload = {
             "id": ident,
             "object": "chat.completion" if chat else "text_completion",
             "created": created,
             "model": body.model,
             "system_fingerprint": f"{resolved.adapter.adapter_name}@{resolved.adapter.version}",
-            "choices": [choice],
-            "usage": usage,
+            "choices": out,
+            "usage": _usage(last),
             "loraplane": extra,
         }
         return JSONResponse(payload, headers=headers)
 
     @app.post("/v1/completions")
-    async def completions(request: Request, body: CompletionRequest) -> Any:
-        prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt[:1])
-        if isinstance(body.prompt, list) and len(body.prompt) != 1:
-            raise InvalidArgument("prompt must be a string or a list of exactly one string")
-        return await serve(request, body, prompt, body.max_tokens, chat=False)
+    async def completions(request: Request) -> Any:
+        return await serve(request, COMPLETIONS)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request, body: ChatRequest) -> Any:
-        max_tokens = body.max_completion_tokens or body.max_tokens
-        return await serve(request, body, chat_prompt(body.messages), max_tokens, chat=True)
+    async def chat_completions(request: Request) -> Any:
+        return await serve(request, CHAT)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Any:
@@ -297,39 +380,52 @@ async def _sse(
     model: str,
     chat: bool,
     extra: dict[str, Any],
+    req: inference_pb2.GenerateRequest,
+    include_usage: bool,
 ) -> AsyncIterator[bytes]:
-    """Server-sent events of one stream (OpenAI chunk shapes)."""
+    """Server-sent events of one stream (OpenAI chunk shapes): one chunk per worker
+    message, for its choice (``index``); with ``include_usage`` a last chunk with
+    ``usage`` and no choices (``usage: null`` on the others), as OpenAI sends."""
     kind = "chat.completion.chunk" if chat else "text_completion"
+    started: set[int] = set()
+    offsets: dict[int, int] = {}
 
-    def chunk(msg: inference_pb2.GenerateResponse, index: int) -> bytes:
-        finish = msg.finish_reason or ("stop" if msg.finished else None)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+    def encode(payload: dict[str, Any]) -> bytes:
+        return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+    def chunk(msg: inference_pb2.GenerateResponse) -> bytes:
+        offset = offsets.get(msg.index, 0)
+        offsets[msg.index] = offset + len(msg.text)
+        choice: dict[str, Any] = {
+            "index": msg.index, "finish_reason": msg.finish_reason or None,
+            "logprobs": _logprobs_of(req, chat, list(msg.logprobs), offset),
+        }
         if chat:
             delta: dict[str, Any] = {"content": msg.text}
-            if index == 0:
+            if msg.index not in started:
                 delta["role"] = "assistant"
             choice["delta"] = delta
         else:
             choice["text"] = msg.text
+        started.add(msg.index)
         payload: dict[str, Any] = {
             "id": ident, "object": kind, "created": created, "model": model, "choices": [choice],
         }
-        if index == 0:
+        if msg is first:
             payload["loraplane"] = extra
-        if msg.finished:
-            payload["usage"] = {
-                "prompt_tokens": msg.usage.prompt_tokens,
-                "completion_tokens": msg.usage.output_tokens,
-                "total_tokens": msg.usage.prompt_tokens + msg.usage.output_tokens,
-            }
-        return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+        if include_usage:
+            payload["usage"] = None
+        return encode(payload)
 
-    index = 0
+    last = first
     try:
-        yield chunk(first, index)
+        yield chunk(first)
         async for msg in rest:
-            index += 1
-            yield chunk(msg, index)
+            last = msg
+            yield chunk(msg)
+        if include_usage:
+            yield encode({"id": ident, "object": kind, "created": created, "model": model,
+                          "choices": [], "usage": _usage(last)})
     except LoraplaneError as exc:
         # headers are gone: report the failure in-band, as OpenAI does
         yield f"data: {json.dumps(openai_error_body(exc))}\n\n".encode()

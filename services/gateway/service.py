@@ -94,6 +94,12 @@ MAX_REQUEST_KEY_CHARS = 256
 """Longest request key (sticky canary split)."""
 
 
+MAX_CHOICES = 16
+"""Largest ``n`` (the worker's limit too)."""
+MAX_LOGPROBS = 20
+"""Largest ``logprobs`` (the worker's limit too: vLLM's default ``max_logprobs``)."""
+MAX_LOGIT_BIAS = 300
+"""Most ``logit_bias`` entries of one request."""
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Request limits and defaults of the request path."""
@@ -159,6 +165,23 @@ def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[
             break
     return problems
 
+    if not 0 <= req.n <= MAX_CHOICES:
+        problems.append(f"n must be within 1..{MAX_CHOICES}")
+    if req.n > 1 and req.HasField("temperature") and req.temperature == 0:
+        problems.append("n > 1 needs a temperature > 0 (greedy sampling has one answer)")
+    if req.HasField("logprobs") and not 0 <= req.logprobs <= MAX_LOGPROBS:
+        problems.append(f"logprobs must be within 0..{MAX_LOGPROBS}")
+    if req.HasField("logprobs") and req.echo:
+        problems.append("echo with logprobs is not supported (prompt log probabilities are "
+                        "not returned)")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if req.HasField(name) and not -2.0 <= getattr(req, name) <= 2.0:  # NaN fails too
+            problems.append(f"{name} must be within -2..2")
+    if len(req.logit_bias) > MAX_LOGIT_BIAS or any(
+        t < 0 or not -100.0 <= v <= 100.0 for t, v in req.logit_bias.items()
+    ):
+        problems.append(f"logit_bias takes at most {MAX_LOGIT_BIAS} token ids >= 0, each with "
+                        "a bias within -100..100")
 
 def new_request_id() -> str:
     """A fresh request id: a random UUID (version 4) as 32 hex digits, like

@@ -47,6 +47,7 @@ async def test_chat_completion_stream_sse() -> None:
         async with c.stream("POST", "/v1/chat/completions", headers=AUTH, json={
             "model": "code", "stream": True, "max_tokens": 2,
             "messages": [{"role": "user", "content": "hello"}],
+            "stream_options": {"include_usage": True},
         }) as r:
             assert r.status_code == 200
             assert r.headers["content-type"].startswith("text/event-stream")
@@ -57,10 +58,11 @@ async def test_chat_completion_stream_sse() -> None:
         assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
         assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
         assert chunks[0]["loraplane"]["adapter"] == "code"
-        text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks)
+        text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks[:-1])
         assert text == "tok0 tok1 "
-        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-        assert chunks[-1]["usage"]["completion_tokens"] == 2
+        assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2
+        assert all(ch["usage"] is None for ch in chunks[:-1])
 
 
 async def test_completion_stream_and_user_is_the_sticky_key() -> None:
@@ -202,3 +204,98 @@ async def test_readyz_waits_for_the_key_view_and_unknown_keys_get_503_meanwhile(
         assert (await c.get("/readyz")).status_code == 200
         r = await c.get("/v1/models", headers={"authorization": "Bearer not-yet-seen"})
         assert r.status_code == 401
+
+
+async def test_n_choices_logprobs_and_echo_non_streamed() -> None:
+    async with client() as (h, c):
+        r = await c.post("/v1/completions", headers=AUTH, json={
+            "model": "support", "prompt": "hi", "max_tokens": 2, "n": 2, "temperature": 0.9,
+            "logprobs": 1})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert [ch["index"] for ch in body["choices"]] == [0, 1]
+        assert all(ch["text"] == "tok0 tok1 " and ch["finish_reason"] == "length"
+                   for ch in body["choices"])
+        lp = body["choices"][1]["logprobs"]
+        assert lp == {"tokens": ["tok0 ", "tok1 "], "token_logprobs": [0.0, 0.0],
+                      "top_logprobs": [{"tok0 ": 0.0}, {"tok1 ": 0.0}], "text_offset": [0, 5]}
+        assert body["usage"]["completion_tokens"] == 4
+        sent = h.workers["w0"].requests[-1].params
+        assert (sent.n, sent.logprobs) == (2, 1)
+
+        r = await c.post("/v1/completions", headers=AUTH, json={
+            "model": "support", "prompt": "hi ", "max_tokens": 1, "echo": True})
+        assert r.json()["choices"][0]["text"] == "hi tok0 "
+        assert r.json()["choices"][0]["logprobs"] is None
+
+        r = await c.post("/v1/chat/completions", headers=AUTH, json={
+            "model": "code", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1,
+            "logprobs": True, "top_logprobs": 1})
+        choice = r.json()["choices"][0]
+        assert choice["message"] == {"role": "assistant", "content": "tok0 ", "refusal": None}
+        assert choice["logprobs"]["content"] == [{
+            "token": "tok0 ", "logprob": 0.0, "bytes": list(b"tok0 "),
+            "top_logprobs": [{"token": "tok0 ", "logprob": 0.0, "bytes": list(b"tok0 ")}]}]
+
+
+async def test_n_choices_streamed_by_index() -> None:
+    async with client() as (_, c):
+        async with c.stream("POST", "/v1/chat/completions", headers=AUTH, json={
+            "model": "code", "stream": True, "max_tokens": 2, "n": 2, "temperature": 1.0,
+            "messages": [{"role": "user", "content": "hello"}], "logprobs": True,
+        }) as r:
+            lines = [line async for line in r.aiter_lines() if line.startswith("data: ")]
+        chunks = [json.loads(line[6:]) for line in lines[:-1]]
+        texts: dict[int, str] = {}
+        roles: dict[int, int] = {}
+        finish: dict[int, str] = {}
+        tokens = 0
+        for ch in chunks:
+            for choice in ch["choices"]:
+                i = choice["index"]
+                texts[i] = texts.get(i, "") + choice["delta"].get("content", "")
+                roles[i] = roles.get(i, 0) + ("role" in choice["delta"])
+                if choice["finish_reason"]:
+                    finish[i] = choice["finish_reason"]
+                if choice["logprobs"]:
+                    tokens += len(choice["logprobs"]["content"])
+        assert texts == {0: "tok0 tok1 ", 1: "tok0 tok1 "}
+        assert roles == {0: 1, 1: 1} and finish == {0: "length", 1: "length"}
+        assert tokens == 4 and "usage" not in chunks[-1]  # no include_usage: no usage
+
+
+async def test_refused_and_unknown_fields_are_400_naming_them_and_reach_no_worker() -> None:
+    async with client() as (h, c):
+        before = len(h.workers["w0"].requests)
+        cases = [
+            ("/v1/chat/completions", {"tools": [{"type": "function"}]}, "tools is not supported"),
+            ("/v1/chat/completions", {"response_format": {"type": "json_object"}},
+             "response_format is not supported"),
+            ("/v1/chat/completions", {"frobnicate": True}, "frobnicate is not a field"),
+            ("/v1/completions", {"suffix": "end"}, "suffix is not supported"),
+            ("/v1/completions", {"best_of": 3}, "best_of must equal n"),
+            ("/v1/completions", {"n": 2, "temperature": 0}, "n > 1 needs a temperature"),
+            ("/v1/completions", {"n": 17}, "n must be within 1..16"),
+            ("/v1/completions", {"logprobs": 21}, "logprobs must be within 0..20"),
+            ("/v1/completions", {"presence_penalty": 3}, "presence_penalty must be within"),
+            ("/v1/completions", {"logit_bias": {"1": 101}}, "logit_bias takes at most"),
+        ]
+        for path, extra, named in cases:
+            body: dict[str, object] = {"model": "support", "max_tokens": 1, **extra}
+            if "chat" in path:
+                body["messages"] = [{"role": "user", "content": "x"}]
+            else:
+                body["prompt"] = "x"
+            r = await c.post(path, headers=AUTH, json=body)
+            assert r.status_code == 400, (extra, r.text)
+            err = r.json()["error"]
+            assert err["type"] == "invalid_request_error" and named in err["message"], err
+        assert len(h.workers["w0"].requests) == before
+        noop = await c.post("/v1/chat/completions", headers=AUTH, json={
+            "model": "code", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1,
+            "tools": [], "store": False, "response_format": {"type": "text"},
+            "service_tier": "auto", "stream": False})
+        assert noop.status_code == 200, noop.text
+        bad_json = await c.post("/v1/completions", headers={**AUTH, "content-type":
+                                                            "application/json"}, content=b"{")
+        assert bad_json.status_code == 400 and "not valid JSON" in bad_json.text
