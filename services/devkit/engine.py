@@ -56,8 +56,19 @@ class EngineOptions:
     """Weights/activations dtype (float32 on CPU)."""
     enforce_eager: bool = True
     """No CUDA graphs / compilation (fast start)."""
+    executor_backend: str = "uni"
+    """vLLM ``distributed_executor_backend``. ``uni``: the model runs inside the
+    engine-core process, so a start spawns one Python process, not two (vLLM-CPU's
+    default ``mp`` adds a worker process; every spawned process imports torch and vLLM
+    again, 15–60 s on a loaded 2-core host). ``mp`` is needed only for tensor
+    parallelism."""
     served_model_name: str = MODEL_NAME
     """Name the engine reports for the base model."""
+    scheduling_policy: str = "priority"
+    """vLLM ``scheduling_policy``. ``priority``: its waiting queue is served by each
+    request's ``priority`` (lower first, ties by arrival), which the worker sets to the
+    request's band (class, then tenant tier: :mod:`loraplane.shared.ordering`); checked on
+    vllm-cpu 0.32. ``fcfs``: arrival order."""
     cpu_kv_cache_gib: int = 1
     """``VLLM_CPU_KVCACHE_SPACE`` (GiB) on the CPU backend."""
     seed: int = 0
@@ -68,18 +79,28 @@ class EngineOptions:
             raise ValueError("max_cpu_loras must be >= max_loras")
         if min(self.max_loras, self.max_model_len) < 1:
             raise ValueError("engine limits must be positive")
+        if self.executor_backend not in ("uni", "mp"):
+            raise ValueError("executor_backend must be 'uni' or 'mp'")
+        if self.scheduling_policy not in ("priority", "fcfs"):
+            raise ValueError("scheduling_policy must be 'priority' or 'fcfs'")
         if self.max_lora_rank not in VLLM_LORA_RANKS:
             raise ValueError(f"vLLM accepts max_lora_rank in {sorted(VLLM_LORA_RANKS)}")
 
 
 def engine_environment(options: EngineOptions) -> dict[str, str]:
-    """Environment variables the engine (and its child processes) need."""
+    """Environment variables the engine (and its child processes) need.
+
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` goes with ``executor_backend="uni"``: vLLM-CPU
+    turns ``uni`` back into ``mp`` unless it is set (``AsyncLLM`` still runs its engine
+    core in its own process: the flag only concerns the synchronous ``LLMEngine``).
+    """
     return {
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "VLLM_CPU_KVCACHE_SPACE": str(options.cpu_kv_cache_gib),
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if options.executor_backend == "uni" else "1",
     }
 
 
@@ -98,6 +119,8 @@ def engine_args(model_dir: Path, options: EngineOptions) -> AsyncEngineArgs:
         max_cpu_loras=options.max_cpu_loras,
         max_model_len=options.max_model_len,
         enforce_eager=options.enforce_eager,
+        scheduling_policy=options.scheduling_policy,  # type: ignore[arg-type]
+        distributed_executor_backend=options.executor_backend,
         seed=options.seed,
         disable_log_stats=True,
     )

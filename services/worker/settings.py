@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -76,6 +77,10 @@ class WorkerSettings(CommonSettings):
     """KV cache size in GiB (CPU backend)."""
     worker_dtype: str = "float32"
     """Weights dtype."""
+    worker_engine_executor: Literal["uni", "mp"] = "uni"
+    """vLLM executor: ``uni`` runs the model in the engine-core process (one process to
+    spawn at start, not two: a restarted worker serves sooner); ``mp`` is vLLM-CPU's
+    default (see :class:`loraplane.devkit.engine.EngineOptions`)."""
     worker_default_max_tokens: int = Field(default=64, gt=0)
     """max_tokens when a request leaves it at 0."""
     worker_default_temperature: float = Field(default=0.0, ge=0)
@@ -121,6 +126,7 @@ class WorkerSettings(CommonSettings):
             max_cpu_loras=self.worker_max_cpu_loras, max_model_len=self.worker_max_model_len,
             dtype=self.worker_dtype, served_model_name=self.base_model or "base",
             cpu_kv_cache_gib=self.worker_kv_cache_gib,
+            executor_backend=self.worker_engine_executor,
         )
 
     @property
