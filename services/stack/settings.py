@@ -102,6 +102,11 @@ class StackSettings(BaseSettings):
     one can miss a check; a dead one is restarted at once)."""
     restart_stable_s: float = Field(default=60.0, gt=0)
     """Healthy this long after a restart, a component's backoff starts over."""
+    restart_nice: int = Field(default=-10, ge=-20, le=19)
+    """CPU niceness of a restarted process (and the children it spawns) until it is
+    healthy again, then 0 (the idea of systemd's ``StartupCPUWeight``): a worker coming
+    back beside a busy one gets the CPU first and serves again sooner. 0 = no boost; a
+    negative value needs root or CAP_SYS_NICE and is skipped when not permitted."""
 
     @model_validator(mode="after")
     def _derive(self) -> StackSettings:

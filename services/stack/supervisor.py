@@ -16,7 +16,13 @@ only spawns the process; the supervisor keeps watching the others while it comes
 as failed again. A component that someone else restarted (its pid file names a new,
 healthy process: ``loraplane stack up`` from another shell) is adopted, not restarted.
 Restarts are counted in ``loraplane_component_restarts_total{component}`` and in
-``run/supervisor.json``, which ``make status`` prints.
+``run/supervisor.json``, which ``make status`` prints. A restarted process group runs at
+``restart_nice`` until it is healthy (a worker's engine start is CPU-bound imports: on a
+shared host it comes back sooner when the CPU is its first).
+
+A dead process is seen at the next pass (``watch`` checks every second; a pid that is
+gone or a zombie counts as dead at once) and its first restart is immediate; the
+backoff only spaces out restarts that keep failing.
 """
 
 from __future__ import annotations
@@ -157,6 +163,16 @@ def _timed_start(comp: Component) -> float:
     return time.monotonic() - t0
 
 
+def set_group_nice(pgid: int, nice: int) -> bool:
+    """Set the niceness of every process of a process group; False when not permitted
+    (a negative value needs root) or the group is gone."""
+    try:
+        os.setpriority(os.PRIO_PGRP, pgid, nice)
+    except OSError:
+        return False
+    return True
+
+
 def backoff_s(failures: int, base_s: float, max_s: float) -> float:
     """Delay before the next restart after ``failures`` restarts in a row that did not
     stay up: ``base_s · 2^failures``, at most ``max_s``."""
@@ -289,6 +305,9 @@ class Supervisor:
                     self.echo(f"warning: {comp.name}: post-start setup failed: {exc}")
             if r.launched_at is not None:
                 self.echo(f"{comp.name} is back after {now - r.launched_at:.1f}s")
+                pid = comp.pid()
+                if s.restart_nice and pid is not None:
+                    set_group_nice(pid, 0)
                 r.launched_at = None
                 r.up_since = now
             r.unhealthy_since = None
@@ -323,6 +342,9 @@ class Supervisor:
             return
         r.launched_at = now
         r.after_start = True
+        pid = comp.pid()
+        if s.restart_nice and pid is not None:  # (its own session: pgid = pid)
+            set_group_nice(pid, s.restart_nice)
         r.count += 1  # restarts = processes spawned
         self.restart_counter.labels(component=comp.name).inc()
         self._write_restarts()

@@ -3,6 +3,8 @@ and what `make status` reports."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,7 +63,7 @@ class FakeStack:
 def settings(tmp_path: Path) -> StackSettings:
     return StackSettings(profile="run", port_base=24000, data_dir=tmp_path,
                          restart_backoff_s=1.0, restart_backoff_max_s=8.0,
-                         restart_stable_s=60.0)
+                         restart_stable_s=60.0, restart_nice=0)
 
 
 def _supervisor(settings: StackSettings, comps: list[Component]) -> Supervisor:
@@ -120,6 +122,43 @@ def test_a_crash_loop_backs_off_and_stability_resets_it(settings: StackSettings)
     n = comp.launches
     sup._check(comp, 200.5)
     assert comp.launches == n + 1
+
+
+class Sleeper(Component):
+    """A real process (its own session) that is healthy when the test says so."""
+
+    name = "sleeper"
+
+    def __init__(self, settings: StackSettings) -> None:
+        super().__init__(settings)
+        self.ready = False
+
+    def ports(self) -> dict[str, int]:
+        return {}
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", "import time; time.sleep(60)"]
+
+    def healthy(self) -> bool:
+        return self.ready
+
+
+def test_a_restarted_process_runs_boosted_until_healthy(tmp_path: Path) -> None:
+    settings = StackSettings(profile="run", port_base=24000, data_dir=tmp_path, restart_nice=-5)
+    comp = Sleeper(settings)
+    sup = _supervisor(settings, [comp])
+    try:
+        sup._check(comp, 0.0)  # not running: restarted at once, boosted
+        pid = comp.pid()
+        assert pid is not None
+        permitted = os.geteuid() == 0  # a negative niceness needs root (else: no boost)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == (-5 if permitted else 0)
+        comp.ready = True
+        sup._check(comp, 1.0)  # healthy: back to the default priority
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 0
+    finally:
+        comp.stop()
+    assert comp.pid() is None
 
 
 def test_component_restarted_by_someone_else_is_adopted(settings: StackSettings) -> None:
