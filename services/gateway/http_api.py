@@ -144,7 +144,8 @@ SCHEMAS: dict[Api, type[_Common]] = {COMPLETIONS: CompletionRequest, CHAT: ChatR
 
 
 async def _checked_body(request: Request, api: Api) -> tuple[dict[str, Any], _Common]:
-    """The JSON body and its typed view; every problem of its fields at once (400)."""
+    """The typed body (as a dict of the set fields, and as its model); every problem of its
+    fields at once (400)."""
     try:
         data = await request.json()
     except ValueError:
@@ -161,7 +162,7 @@ async def _checked_body(request: Request, api: Api) -> tuple[dict[str, Any], _Co
         raise InvalidArgument("; ".join(problems)) from None
     if problems:
         raise InvalidArgument("; ".join(problems))
-    return data, body
+    return body.model_dump(exclude_unset=True), body
 
 
 def _error(exc: LoraplaneError) -> JSONResponse:

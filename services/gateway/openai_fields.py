@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loraplane.shared.errors import InvalidArgument
 from loraplane.v1 import inference_pb2
 
 Api = Literal["completions", "chat"]
@@ -228,35 +229,45 @@ def chat_prompt(messages: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _set(req: inference_pb2.GenerateRequest, name: str, value: Any, field: str) -> None:
+    try:
+        setattr(req, name, value)
+    except (TypeError, ValueError) as exc:  # out of the proto field's range
+        raise InvalidArgument(f"{field}: {value!r} is out of range ({exc})") from None
+
+
 def to_generate_request(body: Mapping[str, Any], api: Api, *, prompt: str,
                         default_max_tokens: int | None) -> inference_pb2.GenerateRequest:
-    """The sampling part of the gRPC request of a checked body (``model``, the request
-    class and key are the caller's: they also come from headers)."""
+    """The sampling part of the gRPC request of a checked and typed body (``model``, the
+    request class and key are the caller's: they also come from headers)."""
     req = inference_pb2.GenerateRequest(adapter=body.get("model") or "", prompt=prompt,
                                         base_model=body.get("base_model") or "")
     max_tokens = body.get("max_completion_tokens") if api == CHAT else None
+    field = "max_completion_tokens"
     if max_tokens is None:
-        max_tokens = body.get("max_tokens")
+        max_tokens, field = body.get("max_tokens"), "max_tokens"
     if max_tokens is None:
         max_tokens = default_max_tokens
     if max_tokens is not None:
-        req.max_tokens = max_tokens
-    for name in ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty"):
+        _set(req, "max_tokens", max_tokens, field)
+    for name in ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "n"):
         if body.get(name) is not None:
-            setattr(req, name, body[name])
-    if body.get("n") is not None:
-        req.n = body["n"]
+            _set(req, name, body[name], name)
     stop = body.get("stop")
     if stop:
         req.stop.extend([stop] if isinstance(stop, str) else stop)
     for token, bias in (body.get("logit_bias") or {}).items():
-        req.logit_bias[int(token)] = bias
+        try:
+            req.logit_bias[int(token)] = bias
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"logit_bias: {token!r}: {bias!r} is out of range ({exc})"
+                                  ) from None
     if api == COMPLETIONS:
         if body.get("logprobs") is not None:
-            req.logprobs = body["logprobs"]
+            _set(req, "logprobs", body["logprobs"], "logprobs")
         req.echo = bool(body.get("echo"))
     elif body.get("logprobs"):
-        req.logprobs = body.get("top_logprobs") or 0
+        _set(req, "logprobs", body.get("top_logprobs") or 0, "top_logprobs")
     return req
 
 

@@ -299,3 +299,18 @@ async def test_refused_and_unknown_fields_are_400_naming_them_and_reach_no_worke
         bad_json = await c.post("/v1/completions", headers={**AUTH, "content-type":
                                                             "application/json"}, content=b"{")
         assert bad_json.status_code == 400 and "not valid JSON" in bad_json.text
+
+
+async def test_values_out_of_the_proto_range_are_400_not_500() -> None:
+    async with client() as (_, c):
+        for extra, named in (({"max_tokens": 2**40}, "max_tokens"),
+                             ({"seed": 2**70}, "seed"),
+                             ({"logit_bias": {str(2**40): 1}}, "logit_bias"),
+                             ({"n": 2**40}, "n")):
+            r = await c.post("/v1/completions", headers=AUTH,
+                             json={"model": "support", "prompt": "x", **extra})
+            assert r.status_code == 400, (extra, r.text)
+            assert named in r.json()["error"]["message"]
+        typed = await c.post("/v1/completions", headers=AUTH, json={
+            "model": "support", "prompt": "x", "max_tokens": "2", "seed": "3"})
+        assert typed.status_code == 200 and typed.json()["usage"]["completion_tokens"] == 2
