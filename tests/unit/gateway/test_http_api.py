@@ -314,3 +314,13 @@ async def test_values_out_of_the_proto_range_are_400_not_500() -> None:
         typed = await c.post("/v1/completions", headers=AUTH, json={
             "model": "support", "prompt": "x", "max_tokens": "2", "seed": "3"})
         assert typed.status_code == 200 and typed.json()["usage"]["completion_tokens"] == 2
+
+
+async def test_safety_identifier_is_the_sticky_key_after_user() -> None:
+    async with client() as (h, c):
+        chat = {"model": "code", "messages": [{"role": "user", "content": "x"}],
+                "max_tokens": 1, "safety_identifier": "sid-1"}
+        assert (await c.post("/v1/chat/completions", headers=AUTH, json=chat)).status_code == 200
+        assert h.workers["w0"].requests[-1].params.request_key == "sid-1"
+        await c.post("/v1/chat/completions", headers=AUTH, json={**chat, "user": "u-1"})
+        assert h.workers["w0"].requests[-1].params.request_key == "u-1"
