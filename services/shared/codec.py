@@ -19,24 +19,13 @@ Bare aiokafka::
     ...
     event = decode_record(record)  # = decode(record.topic, record.value, record.headers)
 
-FastStream 0.7.8 (``faststream.kafka``)::
-
-    @broker.subscriber(topics.CACHE_COMMANDS, group_id="worker-w1",
-                       decoder=protobuf_decoder(topics.CACHE_COMMANDS),
-                       ack_policy=AckPolicy.MANUAL)
-    async def on_command(cmd: events_pb2.CacheCommand, msg: KafkaMessage) -> None:
-        ...
-        await msg.ack()
-
-    await publish(broker, topics.CACHE_COMMANDS, cmd)
-
-``codec=ProtobufCodec.for_topic(topic)`` works in place of ``decoder=`` (FastStream refuses
-both at once).
+Consumers read through :class:`loraplane.shared.consumer.ConsumerLoop` and decode each
+record with :func:`decode_record`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
@@ -47,7 +36,7 @@ from loraplane.shared.topics import event_meta, topic_spec
 CONTENT_TYPE = "application/x-protobuf"
 """Value of the ``content-type`` header of every loraplane event."""
 HEADER_CONTENT_TYPE = "content-type"
-"""Header naming the body encoding (FastStream reads it too)."""
+"""Header naming the body encoding."""
 HEADER_PROTO_TYPE = "x-proto-type"
 """Header naming the full protobuf type of the body, e.g. ``loraplane.v1.CacheCommand``."""
 HEADER_EVENT_ID = "x-event-id"
@@ -56,7 +45,7 @@ HEADER_EVENT_ID = "x-event-id"
 M = TypeVar("M", bound=Message)
 
 RawHeaders = Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]
-"""Headers as FastStream (dict of str) or aiokafka (list of (str, bytes)) give them."""
+"""Headers as a dict of str or as aiokafka gives them (list of (str, bytes))."""
 
 
 class CodecError(InvalidArgument, ValueError):
@@ -172,98 +161,3 @@ def decode_record(record: _RecordLike) -> Message:
 def header_event_id(headers: RawHeaders | None) -> str | None:
     """The ``x-event-id`` header, for deduplication before parsing (``None`` if absent)."""
     return normalize_headers(headers).get(HEADER_EVENT_ID)
-
-
-class _StreamMessageLike(Protocol):
-    """What the decoder reads from FastStream's ``StreamMessage`` / ``KafkaMessage``."""
-
-    body: Any
-    headers: Mapping[str, Any]
-
-
-def protobuf_decoder(
-    topic_or_type: str | type[Message],
-) -> Callable[[_StreamMessageLike], Awaitable[Message]]:
-    """A FastStream ``decoder=`` for a subscriber of one topic (or one message type).
-
-    FastStream 0.7.8 calls a one-argument custom decoder with the parsed
-    ``KafkaMessage`` (``.body`` bytes, ``.headers`` dict) and passes its result to the
-    handler's first parameter.
-    """
-    message_type = (
-        topic_spec(topic_or_type).message_type if isinstance(topic_or_type, str) else topic_or_type
-    )
-
-    async def decoder(msg: _StreamMessageLike) -> Message:
-        body = msg.body if isinstance(msg.body, bytes | bytearray) else bytes(msg.body or b"")
-        return decode_as(message_type, bytes(body), msg.headers)
-
-    decoder.__name__ = f"decode_{message_type.DESCRIPTOR.name}"
-    return decoder
-
-
-class ProtobufCodec:
-    """FastStream 0.7.8 ``CodecProto`` for one message type (``codec=`` of a subscriber).
-
-    ``encode`` serializes a protobuf message and reports ``application/x-protobuf``; the
-    extra headers (``x-proto-type``, ``x-event-id``) cannot travel through a codec, so
-    publish with :func:`publish` (or pass :func:`encode`'s headers yourself).
-    """
-
-    __slots__ = ("message_type",)
-
-    def __init__(self, message_type: type[Message]) -> None:
-        """Codec for ``message_type``."""
-        self.message_type = message_type
-
-    @classmethod
-    def for_topic(cls, topic: str) -> ProtobufCodec:
-        """Codec for the message type carried by ``topic``."""
-        return cls(topic_spec(topic).message_type)
-
-    async def decode(self, msg: _StreamMessageLike) -> Message:
-        """Decode a FastStream message body (checks ``x-proto-type``)."""
-        return await protobuf_decoder(self.message_type)(msg)
-
-    async def encode(self, msg: Any, serializer: Any = None) -> tuple[bytes, str | None]:
-        """Encode a protobuf message (or pass raw bytes through) for publishing."""
-        if isinstance(msg, bytes):
-            return msg, CONTENT_TYPE
-        if not isinstance(msg, self.message_type):
-            raise TypeError(
-                f"codec for {proto_type_name(self.message_type)} cannot encode {type(msg).__name__}"
-            )
-        body, _ = encode(msg)
-        return body, CONTENT_TYPE
-
-
-class _Publisher(Protocol):
-    """The part of ``faststream.kafka.KafkaBroker`` that :func:`publish` uses."""
-
-    async def publish(
-        self,
-        message: Any,
-        topic: str = "",
-        *,
-        key: bytes | Any | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> Any:
-        """Publish one record."""
-
-
-async def publish(
-    broker: _Publisher,
-    topic: str,
-    msg: Message,
-    *,
-    headers: Mapping[str, str] | None = None,
-) -> Any:
-    """Publish ``msg`` on ``topic`` with its topic key and the codec headers.
-
-    Refuses a message of another type than the topic carries (``TopicError``). Extra
-    ``headers`` are added (they cannot override the codec headers).
-    """
-    spec = topic_spec(topic)
-    key = spec.key_bytes(msg)
-    body, codec_headers = encode(msg)
-    return await broker.publish(body, topic, key=key, headers={**(headers or {}), **codec_headers})

@@ -168,6 +168,7 @@ class _Session:
         self.failure: BaseException | None = None
         self.seen_data = False
         self.started = time.monotonic()
+        self.broker_back = False
 
 
 class ConsumerLoop:
@@ -339,35 +340,48 @@ class ConsumerLoop:
 
     async def _consume(self, session: _Session) -> None:
         consumer = session.consumer
-        lost = False
-        interval = self._probe_interval_s
-        next_probe = time.monotonic() + interval if interval else None
-        while not self._restart.is_set():
+        probe = (asyncio.create_task(self._probe(session), name=f"{self.name}-probe")
+                 if self._probe_interval_s else None)
+        try:
+            while not self._restart.is_set():
+                if session.failure is not None:
+                    raise session.failure
+                if session.broker_back:
+                    raise BrokerLost("broker is back")
+                if self._max_pending is not None and \
+                        session.tracker.pending() >= self._max_pending:
+                    await asyncio.sleep(0.01)
+                    continue
+                batch = await consumer.getmany(timeout_ms=self._poll_ms,
+                                               max_records=self._max_records)
+                self._mark_ready(session, consumer, bool(batch))
+                await self._handle(session, batch)
+                if self._lane is not None:
+                    await self._commit_points(session)
             if session.failure is not None:
                 raise session.failure
-            if self._max_pending is not None and \
-                    session.tracker.pending() >= self._max_pending:
-                await asyncio.sleep(0.01)
+        finally:
+            if probe is not None:
+                probe.cancel()
+                await asyncio.gather(probe, return_exceptions=True)
+
+    async def _probe(self, session: _Session) -> None:
+        """Ask the broker for metadata every ``probe_interval_s`` (beside the poll loop, so a
+        commit or a handler waiting on the broker does not hide the loss); once a probe
+        failed, the next success marks the session for a restart."""
+        assert self._probe_interval_s
+        lost = False
+        while not session.broker_back:
+            await asyncio.sleep(self._probe_interval_s)
+            try:
+                await asyncio.wait_for(session.consumer.topics(), 3)
+            except Exception as exc:  # noqa: BLE001 - the broker is unreachable
+                if not lost:
+                    log.warning("%s consumer: broker unreachable (%s)", self.name, exc)
+                lost = True
                 continue
-            batch = await consumer.getmany(timeout_ms=self._poll_ms,
-                                           max_records=self._max_records)
-            self._mark_ready(session, consumer, bool(batch))
-            await self._handle(session, batch)
-            if self._lane is not None:
-                await self._commit_points(session)
-            if next_probe is not None and interval and time.monotonic() >= next_probe:
-                next_probe = time.monotonic() + interval
-                try:
-                    await asyncio.wait_for(consumer.topics(), 3)
-                except Exception as exc:  # noqa: BLE001 - the broker is unreachable
-                    if not lost:
-                        log.warning("%s consumer: broker unreachable (%s)", self.name, exc)
-                    lost = True
-                    continue
-                if lost:
-                    raise BrokerLost("broker is back")
-        if session.failure is not None:
-            raise session.failure
+            if lost:
+                session.broker_back = True
 
     def _mark_ready(self, session: _Session, consumer: Consumer, data: bool) -> None:
         rule = self._ready_when

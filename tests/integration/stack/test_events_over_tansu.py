@@ -1,15 +1,16 @@
-"""Protobuf events through the real broker: FastStream (publisher + manual-ack subscriber)
-and bare aiokafka, both with the shared codec, keys and topic table."""
+"""Protobuf events through the real broker: the shared consumer loop (commit after the
+handler, a failed record read again) and bare aiokafka, both with the shared codec, keys
+and topic table."""
 
 from __future__ import annotations
 
 import asyncio
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from faststream import AckPolicy
-from faststream.kafka import KafkaBroker, KafkaMessage
 
 from loraplane.shared import codec, topics
+from loraplane.shared.consumer import ConsumerLoop, Ready
+from loraplane.shared.kafka_admin import GROUP_TUNING
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2
 
@@ -22,27 +23,71 @@ def _released(tenant: str, version: str) -> events_pb2.AdapterReleased:
                                       target_modules=["q_proj", "v_proj"])
 
 
-async def test_faststream_publish_and_manual_ack_subscriber(stack: Stack, unique: str) -> None:
-    broker = KafkaBroker(stack.settings.kafka_bootstrap)
+async def test_consumer_loop_commits_after_the_handler_and_a_new_consumer_resumes(
+        stack: Stack, unique: str) -> None:
+    bootstrap = stack.settings.kafka_bootstrap
+    group = f"loop-{unique}"
+    sent = [_released(f"t{unique}", f"v{i}") for i in range(3)]
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for msg in sent:
+            value, headers = codec.encode(msg)
+            await producer.send_and_wait(topics.ADAPTER_RELEASES, value,
+                                         key=topics.key_for(topics.ADAPTER_RELEASES, msg),
+                                         headers=codec.kafka_headers(headers))
+    finally:
+        await producer.stop()
+
+    def factory() -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(topics.ADAPTER_RELEASES, bootstrap_servers=bootstrap,
+                                group_id=group, enable_auto_commit=False,
+                                auto_offset_reset="earliest", **GROUP_TUNING)
+
     got: list[events_pb2.AdapterReleased] = []
-    done = asyncio.Event()
+    failed_once: list[str] = []
 
-    @broker.subscriber(topics.ADAPTER_RELEASES, group_id=f"fs-{unique}",
-                       decoder=codec.protobuf_decoder(topics.ADAPTER_RELEASES),
-                       ack_policy=AckPolicy.MANUAL, auto_offset_reset="earliest",
-                       session_timeout_ms=6000, heartbeat_interval_ms=500)
-    async def handle(event: events_pb2.AdapterReleased, msg: KafkaMessage) -> None:
-        if event.meta.adapter.tenant_id == f"t{unique}":
-            got.append(event)
-            done.set()
-        await msg.ack()
+    async def handle(record: object) -> None:
+        msg = codec.decode_record(record)  # type: ignore[arg-type]
+        assert isinstance(msg, events_pb2.AdapterReleased)
+        if msg.meta.adapter.tenant_id != f"t{unique}":
+            return
+        if msg.meta.adapter.version == "v1" and not failed_once:
+            failed_once.append("v1")
+            raise ConnectionError("effect not durable")  # not committed: read again
+        got.append(msg)
 
-    sent = _released(f"t{unique}", "v1")
-    async with broker:
-        await broker.start()
-        await codec.publish(broker, topics.ADAPTER_RELEASES, sent)
-        await asyncio.wait_for(done.wait(), timeout=45)
-    assert got == [sent]
+    loop = ConsumerLoop("test", factory=factory, on_record=handle, probe_interval_s=1.0,
+                        backoff=lambda _a: 0.1)
+    task = asyncio.create_task(loop.run())
+    try:
+        async with asyncio.timeout(60):
+            while [m.meta.adapter.version for m in got][-2:] != ["v1", "v2"]:
+                await asyncio.sleep(0.05)
+    finally:
+        loop.stop()
+        await asyncio.wait_for(task, 30)
+    assert loop.consumers_started == 2  # the failure recreated the consumer
+    versions = [m.meta.adapter.version for m in got]
+    assert versions.count("v0") >= 1 and versions.count("v1") == 1 and versions[-1] == "v2"
+
+    # everything handled was committed: a fresh consumer of the group reads none of them
+    again: list[str] = []
+
+    async def late(record: object) -> None:
+        msg = codec.decode_record(record)  # type: ignore[arg-type]
+        if msg.meta.adapter.tenant_id == f"t{unique}":  # type: ignore[attr-defined]
+            again.append(msg.meta.adapter.version)  # type: ignore[attr-defined]
+
+    second = ConsumerLoop("test-2", factory=factory, on_record=late, ready_when=Ready.ASSIGNED)
+    task = asyncio.create_task(second.run())
+    try:
+        await asyncio.wait_for(second.ready.wait(), 30)
+        await asyncio.sleep(1.5)  # several polls from the committed offsets
+    finally:
+        second.stop()
+        await asyncio.wait_for(task, 30)
+    assert again == []
 
 
 async def test_aiokafka_codec_key_and_headers(stack: Stack, unique: str) -> None:
