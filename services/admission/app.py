@@ -21,7 +21,6 @@ from aiokafka.errors import TopicAlreadyExistsError
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from loraplane.admission.consumer import ReleaseConsumer
-from loraplane.admission.fetch import MinioStore, ObjectStore
 from loraplane.admission.metrics import AdmissionMetrics
 from loraplane.admission.service import Admitter
 from loraplane.admission.settings import AdmissionSettings
@@ -30,6 +29,7 @@ from loraplane.admission.verdicts import PostgresVerdictStore, VerdictStore
 from loraplane.shared.catalogue import load_catalogue
 from loraplane.shared.db import create_pool
 from loraplane.shared.metrics import start_metrics_server
+from loraplane.shared.objectstore import MinioStore, ObjectStore
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES, Clock, topic_spec, utc_now
 
 log = logging.getLogger(__name__)

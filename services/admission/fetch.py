@@ -6,23 +6,20 @@ is fetched (pickle files, nested or unsafe names are refused unread), sizes are 
 against the listing and again while streaming (a download stops as soon as it passes the
 limit, so an object that lies about its size never fills the disk).
 
-Errors are classified: a missing object or bucket is a property of the release
-(``DOWNLOAD_FAILED``); an unreachable or failing store is an outage
-(:class:`~loraplane.shared.errors.Unavailable`), so the release is retried later instead
-of being refused.
+Errors are classified by the store (:mod:`loraplane.shared.objectstore`): a missing object
+or bucket is a property of the release (``DOWNLOAD_FAILED``); an unreachable or failing
+store is an outage (:class:`~loraplane.shared.errors.Unavailable`), so the release is
+retried later instead of being refused.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from loraplane.admission.checks.files import SizeLimits, refuse_unread
 from loraplane.admission.checks.signature import MAX_BUNDLE_BYTES
-from loraplane.admission.checks.source import S3Location
 from loraplane.admission.problems import (
     DOWNLOAD_FAILED,
     FORBIDDEN_FILE,
@@ -31,35 +28,8 @@ from loraplane.admission.problems import (
     CheckOutcome,
     Problem,
 )
-from loraplane.shared.errors import Unavailable
+from loraplane.shared.objectstore import ObjectMissing, ObjectStore, S3Location
 from loraplane.shared.signing import SIGNATURE_FILENAME
-
-CHUNK = 1 << 20
-
-
-class ObjectMissing(Exception):
-    """The object (or its bucket) does not exist."""
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """One listed object."""
-
-    key: str
-    size: int
-
-
-class ObjectStore(Protocol):
-    """The read side of S3 admission needs (blocking). Implementations raise
-    :class:`ObjectMissing` for absent objects and ``Unavailable`` for outages."""
-
-    def list(self, bucket: str, prefix: str) -> list[ObjectInfo]:
-        """Every object whose key starts with ``prefix`` (recursive)."""
-        ...
-
-    def stream(self, bucket: str, key: str) -> Iterator[bytes]:
-        """The object's bytes in chunks; closing the iterator aborts the transfer."""
-        ...
 
 
 @dataclass
@@ -179,55 +149,3 @@ def fetch_artifact(
     except ObjectMissing:
         pass  # reported by the signature check ("signature bundle is missing")
     return done()
-
-
-class MinioStore:
-    """:class:`ObjectStore` over the ``minio`` SDK."""
-
-    def __init__(self, endpoint: str, access_key: str, secret_key: str, *, secure: bool = False,
-                 region: str = "us-east-1") -> None:
-        """Client for ``endpoint`` (``host:port``)."""
-        import urllib3
-        from minio import Minio
-
-        http = urllib3.PoolManager(
-            timeout=urllib3.Timeout(connect=5.0, read=30.0),
-            retries=urllib3.Retry(total=2, backoff_factor=0.2,
-                                  status_forcelist=(500, 502, 503, 504)),
-        )
-        self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key,
-                            secure=secure, region=region, http_client=http)
-
-    def _classify(self, exc: Exception, what: str) -> Exception:
-        from minio.error import S3Error
-
-        if isinstance(exc, S3Error) and exc.code in ("NoSuchKey", "NoSuchBucket",
-                                                     "NoSuchObject"):
-            return ObjectMissing(f"{what}: {exc.code}")
-        return Unavailable(f"object store: {what}: {type(exc).__name__}: {exc}")
-
-    def list(self, bucket: str, prefix: str) -> list[ObjectInfo]:
-        """Every object under ``prefix``."""
-        try:
-            return [ObjectInfo(o.object_name or "", int(o.size or 0))
-                    for o in self.client.list_objects(bucket, prefix=prefix, recursive=True)
-                    if not o.is_dir]
-        except Exception as exc:
-            raise self._classify(exc, f"list {bucket}/{prefix}") from exc
-
-    def stream(self, bucket: str, key: str) -> Iterator[bytes]:
-        """Chunks of the object; the connection is released when the iterator closes."""
-        try:
-            resp = self.client.get_object(bucket, key)
-        except Exception as exc:
-            raise self._classify(exc, f"get {bucket}/{key}") from exc
-        return self._chunks(resp, f"{bucket}/{key}")
-
-    def _chunks(self, resp: object, what: str) -> Iterator[bytes]:
-        try:
-            yield from resp.stream(CHUNK)  # type: ignore[attr-defined]
-        except Exception as exc:
-            raise self._classify(exc, f"read {what}") from exc
-        finally:
-            resp.close()  # type: ignore[attr-defined]
-            resp.release_conn()  # type: ignore[attr-defined]

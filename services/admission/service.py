@@ -25,7 +25,7 @@ from pathlib import Path
 
 from loraplane.admission.checks.source import S3Location, check_source
 from loraplane.admission.claim import ReleaseClaim
-from loraplane.admission.fetch import ObjectStore, fetch_artifact
+from loraplane.admission.fetch import fetch_artifact
 from loraplane.admission.metrics import AdmissionMetrics
 from loraplane.admission.pipeline import CheckContext, check_quarantined
 from loraplane.admission.problems import (
@@ -40,6 +40,7 @@ from loraplane.admission.trust import TrustStore
 from loraplane.admission.verdicts import VerdictKey, VerdictStore
 from loraplane.shared.catalogue import Catalogue
 from loraplane.shared.errors import Unavailable
+from loraplane.shared.objectstore import ObjectStore
 from loraplane.shared.topics import Clock, adapter_id, new_meta, utc_now
 from loraplane.v1 import events_pb2
 

@@ -182,34 +182,28 @@ async def _start_echo_worker() -> tuple[str, int, Version, Stop]:
 
 
 class DirStore:
-    """The worker's object store over a local directory (``root/<bucket>/<key>``)."""
+    """The object store over a local directory (``root/<bucket>/<key>``)."""
 
     def __init__(self, root: Path) -> None:
         """Objects live under ``root``."""
         self.root = root
 
-    def list_objects(self, bucket: str, prefix: str) -> list[Any]:
+    def list(self, bucket: str, prefix: str) -> list[Any]:
         """Every object whose key starts with ``prefix``."""
-        from loraplane.worker.store import ObjectInfo
+        from loraplane.shared.objectstore import ObjectInfo
 
         base = self.root / bucket
         return [ObjectInfo(p.relative_to(base).as_posix(), p.stat().st_size)
                 for p in sorted(base.rglob("*"))
                 if p.is_file() and p.relative_to(base).as_posix().startswith(prefix)]
 
-    def download(self, bucket: str, key: str, dest: Path, *,
-                 max_bytes: int | None = None) -> tuple[int, str]:
-        """Copy one object to ``dest``, hashing it (``(bytes, sha256 hex)``)."""
-        from loraplane.worker.errors import DownloadFailed
-        from loraplane.worker.store import write_hashed
+    def stream(self, bucket: str, key: str) -> Iterator[bytes]:
+        """The object's bytes."""
+        from loraplane.shared.objectstore import ObjectMissing
 
         if not (self.root / bucket / key).is_file():
-            raise DownloadFailed(f"no object {key}")
-        return write_hashed(self.iter_object(bucket, key), dest, max_bytes=max_bytes, what=key)
-
-    def iter_object(self, bucket: str, key: str) -> Iterator[bytes]:
-        """The object's bytes."""
-        yield (self.root / bucket / key).read_bytes()
+            raise ObjectMissing(f"no object {key}")
+        return iter([(self.root / bucket / key).read_bytes()])
 
 
 async def _start_null_worker(workdir: Path,

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-from loraplane.admission.checks.source import SEGMENT_RE, check_location
+from loraplane.shared.objectstore import SEGMENT_RE, check_location
 from loraplane.shared.signing import SIGNATURE_FILENAME, SignatureError, verify_directory
 from loraplane.worker.errors import (
     BadRequest,
@@ -44,7 +44,7 @@ from loraplane.worker.errors import (
     SourceNotAllowed,
 )
 from loraplane.worker.lora_files import read_rank
-from loraplane.worker.store import ObjectStore
+from loraplane.worker.store import ObjectStore, download, list_objects
 from loraplane.worker.verify import verify_streamed
 
 log = logging.getLogger(__name__)
@@ -223,14 +223,14 @@ class HostTier:
             prefix=self.prefix, directory=True,
         )
         if location is None:
-            raise SourceNotAllowed("; ".join(p.message for p in problems))
+            raise SourceNotAllowed("; ".join(problems))
         t0 = time.perf_counter()
         if spec.size_bytes > 0:
             rel_paths = [*ADAPTER_FILES, SIGNATURE_FILENAME]
             budget = spec.size_bytes + SIGNATURE_ALLOWANCE
         else:
             objects = await asyncio.to_thread(
-                self.store.list_objects, location.bucket, location.key
+                list_objects, self.store, location.bucket, location.key
             )
             rel_paths = self._relative_paths(spec, location.key, [o.key for o in objects])
             budget = sum(o.size for o in objects)
@@ -288,7 +288,7 @@ class HostTier:
             return SIGNATURE_ALLOWANCE if rel == SIGNATURE_FILENAME else declared
 
         results = await asyncio.gather(
-            *(asyncio.to_thread(self.store.download, bucket, root_key + rel, dest / rel,
+            *(asyncio.to_thread(download, self.store, bucket, root_key + rel, dest / rel,
                                 max_bytes=cap(rel)) for rel in rel_paths),
             return_exceptions=True,
         )

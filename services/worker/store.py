@@ -1,5 +1,7 @@
-"""The cold tier as the worker reads it: an S3 object store (SeaweedFS locally, MinIO in
-compose) behind a small blocking interface (callers run it in a thread)."""
+"""The cold tier as the worker reads it: the shared object store
+(:mod:`loraplane.shared.objectstore`, blocking: callers run it in a thread) plus the
+worker's download, which hashes the bytes as it writes them. Every failure of the store
+becomes :class:`~loraplane.worker.errors.DownloadFailed` naming the object store."""
 
 from __future__ import annotations
 
@@ -7,15 +9,15 @@ import hashlib
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from minio import Minio
-from minio.error import S3Error
-from urllib3.exceptions import HTTPError
-
+from loraplane.shared import objectstore
+from loraplane.shared.errors import Unavailable
+from loraplane.shared.objectstore import ObjectInfo, ObjectMissing, ObjectStore
 from loraplane.worker.errors import DownloadFailed
+
+__all__ = ["CHUNK_BYTES", "MinioStore", "ObjectInfo", "ObjectStore", "download",
+           "get_and_hash", "list_objects", "write_hashed"]
 
 CHUNK_BYTES = 4 << 20
 """Read size for downloads."""
@@ -23,88 +25,44 @@ PIPELINE_DEPTH = 4
 """Chunks read ahead of the hash-and-write thread (bounds memory to ~16 MiB per download)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """One object below a prefix."""
+class MinioStore(objectstore.MinioStore):
+    """The worker's client of the shared store: 4 MiB reads and the ``minio`` SDK's own
+    patience (5 min timeouts, 5 retries of a 5xx): a load waits out a slow store."""
 
-    key: str
-    size: int
-
-
-class ObjectStore(Protocol):
-    """Blocking object-store reads."""
-
-    def list_objects(self, bucket: str, prefix: str) -> list[ObjectInfo]:
-        """Every object whose key starts with ``prefix`` (recursive)."""
-        ...
-
-    def download(
-        self, bucket: str, key: str, dest: Path, *, max_bytes: int | None = None
-    ) -> tuple[int, str]:
-        """Write the object to ``dest``; returns ``(bytes written, sha256 hex)`` of what
-        was written. Raises :class:`DownloadFailed` (also when more than ``max_bytes``
-        arrive: the download stops there)."""
-        ...
-
-    def iter_object(self, bucket: str, key: str) -> Iterator[bytes]:
-        """The object's bytes in chunks."""
-        ...
-
-
-class MinioStore:
-    """:class:`ObjectStore` over the ``minio`` SDK; every failure is :class:`DownloadFailed`."""
-
-    def __init__(
-        self, endpoint: str, access_key: str, secret_key: str, *, secure: bool = False
-    ) -> None:
+    def __init__(self, endpoint: str, access_key: str, secret_key: str, *,
+                 secure: bool = False) -> None:
         """Client for ``endpoint`` (``host:port``)."""
-        self.endpoint = endpoint
-        self.client = Minio(
-            endpoint, access_key=access_key, secret_key=secret_key, secure=secure,
-            region="us-east-1",
-        )
+        super().__init__(endpoint, access_key, secret_key, secure=secure,
+                         chunk_bytes=CHUNK_BYTES, connect_timeout_s=300.0,
+                         read_timeout_s=300.0, retries=5)
 
-    def _failed(self, what: str, exc: BaseException) -> str:
-        """The message of a failed read, naming the object store (unreachable or erring)."""
-        if isinstance(exc, S3Error):
-            return f"object store at {self.endpoint}: {what} failed: {exc.code}: {exc.message}"
-        return f"cannot reach the object store at {self.endpoint}: {what} failed: {exc}"
 
-    def list_objects(self, bucket: str, prefix: str) -> list[ObjectInfo]:
-        """Objects below ``prefix``."""
-        try:
-            return [
-                ObjectInfo(o.object_name, int(o.size or 0))
-                for o in self.client.list_objects(bucket, prefix=prefix, recursive=True)
-                if o.object_name is not None and not o.is_dir
-            ]
-        except (S3Error, HTTPError, OSError) as exc:
-            raise DownloadFailed(self._failed(f"listing s3://{bucket}/{prefix}", exc)) from exc
+def list_objects(store: ObjectStore, bucket: str, prefix: str) -> list[ObjectInfo]:
+    """Objects below ``prefix`` (:class:`DownloadFailed` when the store fails)."""
+    try:
+        return store.list(bucket, prefix)
+    except (ObjectMissing, Unavailable) as exc:
+        raise DownloadFailed(str(exc)) from exc
 
-    def iter_object(self, bucket: str, key: str) -> Iterator[bytes]:
-        """Stream the object."""
-        try:
-            resp = self.client.get_object(bucket, key)
-        except (S3Error, HTTPError, OSError) as exc:
-            raise DownloadFailed(self._failed(f"GET s3://{bucket}/{key}", exc)) from exc
-        try:
-            yield from resp.stream(CHUNK_BYTES)
-        except (S3Error, HTTPError, OSError) as exc:
-            raise DownloadFailed(self._failed(f"reading s3://{bucket}/{key}", exc)) from exc
-        finally:
-            resp.close()
-            resp.release_conn()
 
-    def download(
-        self, bucket: str, key: str, dest: Path, *, max_bytes: int | None = None
-    ) -> tuple[int, str]:
-        """Stream the object into ``dest``, hashing the bytes as they are written.
+def _chunks(store: ObjectStore, bucket: str, key: str) -> Iterator[bytes]:
+    try:
+        yield from store.stream(bucket, key)
+    except (ObjectMissing, Unavailable) as exc:
+        raise DownloadFailed(str(exc)) from exc
 
-        (Parallel ranged GETs were measured too: on a 2-core host shared with the object
-        store they were not faster than one stream with hashing and writing overlapped.)
-        """
-        return write_hashed(self.iter_object(bucket, key), dest, max_bytes=max_bytes,
-                            what=f"s3://{bucket}/{key}")
+
+def download(store: ObjectStore, bucket: str, key: str, dest: Path, *,
+             max_bytes: int | None = None) -> tuple[int, str]:
+    """Stream the object into ``dest``, hashing the bytes as they are written; returns
+    ``(bytes written, sha256 hex)``. Raises :class:`DownloadFailed` (also when more than
+    ``max_bytes`` arrive: the download stops there).
+
+    (Parallel ranged GETs were measured too: on a 2-core host shared with the object
+    store they were not faster than one stream with hashing and writing overlapped.)
+    """
+    return write_hashed(_chunks(store, bucket, key), dest, max_bytes=max_bytes,
+                        what=f"s3://{bucket}/{key}")
 
 
 def write_hashed(
@@ -141,6 +99,10 @@ def write_hashed(
     except BaseException:
         dest.unlink(missing_ok=True)
         raise
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
     return written, h.hexdigest()
 
 
@@ -150,7 +112,7 @@ def get_and_hash(store: ObjectStore, bucket: str, keys: list[str]) -> tuple[int,
     digests: list[str] = []
     for key in keys:
         h = hashlib.sha256()
-        for chunk in store.iter_object(bucket, key):
+        for chunk in _chunks(store, bucket, key):
             h.update(chunk)
             total += len(chunk)
         digests.append(h.hexdigest())

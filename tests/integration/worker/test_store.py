@@ -12,7 +12,7 @@ from minio import Minio
 
 from loraplane.stack.stack import Stack
 from loraplane.worker.errors import DownloadFailed
-from loraplane.worker.store import CHUNK_BYTES, MinioStore, get_and_hash
+from loraplane.worker.store import CHUNK_BYTES, MinioStore, download, get_and_hash, list_objects
 
 
 def _store(stack: Stack) -> tuple[MinioStore, str]:
@@ -36,7 +36,7 @@ def test_download_writes_and_hashes_every_byte(
     key = f"tests/{unique}/blob-{size}"
     _put(stack, key, data)
     dest = tmp_path / "blob"
-    written, digest = store.download(bucket, key, dest)
+    written, digest = download(store, bucket, key, dest)
     assert written == size and dest.read_bytes() == data
     assert digest == hashlib.sha256(data).hexdigest()
     assert get_and_hash(store, bucket, [key]) == (size, [digest])
@@ -49,15 +49,15 @@ def test_object_over_the_cap_is_cut_off(
     key = f"tests/{unique}/big"
     _put(stack, key, os.urandom(CHUNK_BYTES + 10))
     with pytest.raises(DownloadFailed, match="larger than"):
-        store.download(bucket, key, tmp_path / "big", max_bytes=CHUNK_BYTES)
+        download(store, bucket, key, tmp_path / "big", max_bytes=CHUNK_BYTES)
     assert not (tmp_path / "big").exists()
 
 
 def test_missing_object_and_listing(stack: Stack, unique: str, tmp_path: Path) -> None:
     store, bucket = _store(stack)
     with pytest.raises(DownloadFailed, match="NoSuchKey|does not exist|not found"):
-        store.download(bucket, f"tests/{unique}/absent", tmp_path / "x")
+        download(store, bucket, f"tests/{unique}/absent", tmp_path / "x")
     _put(stack, f"tests/{unique}/dir/a", b"a")
     _put(stack, f"tests/{unique}/dir/sub/b", b"bb")
-    listed = sorted((o.key, o.size) for o in store.list_objects(bucket, f"tests/{unique}/dir/"))
+    listed = sorted((o.key, o.size) for o in list_objects(store, bucket, f"tests/{unique}/dir/"))
     assert listed == [(f"tests/{unique}/dir/a", 1), (f"tests/{unique}/dir/sub/b", 2)]

@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry
 
 from loraplane.admission import service as service_mod
 from loraplane.admission.consumer import ReleaseConsumer
-from loraplane.admission.fetch import ObjectInfo, ObjectMissing
 from loraplane.admission.metrics import AdmissionMetrics
 from loraplane.admission.problems import (
     DOWNLOAD_FAILED,
@@ -30,6 +29,7 @@ from loraplane.admission.verdicts import MemoryVerdictStore
 from loraplane.shared.catalogue import BaseModelSpec, Catalogue
 from loraplane.shared.codec import encode, kafka_headers
 from loraplane.shared.errors import Unavailable
+from loraplane.shared.objectstore import ObjectInfo, ObjectMissing
 from loraplane.shared.signing import compute_manifest_digest
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import common_pb2, events_pb2

@@ -5,7 +5,7 @@
   activation, pins) and records every situation that kills or corrupts the real engine
   as a *violation* instead of dying: the unit tests assert that the worker's guard never
   causes one, and that the same operations without the guard do.
-* :class:`DirStore`: an :class:`~loraplane.worker.store.ObjectStore` over a local
+* :class:`DirStore`: an :class:`~loraplane.shared.objectstore.ObjectStore` over a local
   directory (``root/<bucket>/<key>``).
 """
 
@@ -18,14 +18,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from loraplane.shared.errors import Unavailable
+from loraplane.shared.objectstore import ObjectInfo, ObjectMissing
 from loraplane.worker.engine import EngineAdapter, EngineChunk, EngineLimits, EngineRequest
-from loraplane.worker.errors import DownloadFailed, EngineFailure
+from loraplane.worker.errors import EngineFailure
 from loraplane.worker.guard import SafeEngine
 from loraplane.worker.host_tier import ArtifactSpec, HostTier
 from loraplane.worker.lora_files import LlamaDims
 from loraplane.worker.manager import AdapterManager
 from loraplane.worker.metrics import WorkerMetrics
-from loraplane.worker.store import ObjectInfo, write_hashed
 
 BUCKET = "loraplane-artifacts"
 PREFIX = "adapters"
@@ -194,9 +195,9 @@ class DirStore:
     def path(self, bucket: str, key: str) -> Path:
         return self.root / bucket / key
 
-    def list_objects(self, bucket: str, prefix: str) -> list[ObjectInfo]:
+    def list(self, bucket: str, prefix: str) -> list[ObjectInfo]:
         if self.fail:
-            raise DownloadFailed("store is down")
+            raise Unavailable("store is down")
         base = self.root / bucket
         return [
             ObjectInfo(p.relative_to(base).as_posix(), p.stat().st_size)
@@ -204,18 +205,13 @@ class DirStore:
             if p.is_file() and p.relative_to(base).as_posix().startswith(prefix)
         ]
 
-    def download(
-        self, bucket: str, key: str, dest: Path, *, max_bytes: int | None = None
-    ) -> tuple[int, str]:
+    def stream(self, bucket: str, key: str) -> Iterator[bytes]:
         if self.fail:
-            raise DownloadFailed("store is down")
+            raise Unavailable("store is down")
         if not self.path(bucket, key).is_file():
-            raise DownloadFailed(f"no object {key}")
+            raise ObjectMissing(f"no object {key}")
         self.downloads += 1
-        return write_hashed(self.iter_object(bucket, key), dest, max_bytes=max_bytes, what=key)
-
-    def iter_object(self, bucket: str, key: str) -> Iterator[bytes]:
-        yield self.path(bucket, key).read_bytes()
+        return iter([self.path(bucket, key).read_bytes()])
 
 
 @dataclass
