@@ -20,7 +20,7 @@ the engine sees anything:
   the above);
 * **no request without an adapter**: on the CPU a no-LoRA request batched with LoRA
   requests gets an adapter's output, so the base model is served through a registered
-  all-zero adapter (:mod:`loraplane.worker.zero_adapter`); ``EngineRequest.adapter`` is
+  all-zero adapter (:func:`loraplane.worker.app.write_zero_adapter`); ``EngineRequest.adapter`` is
   never ``None``.
 """
 
