@@ -33,11 +33,13 @@ from loraplane.gateway.emit import (
     PrewarmRequester,
     run_flusher,
 )
+from loraplane.gateway.flow import FlowController, FlowMetrics
 from loraplane.gateway.grpc_api import build_grpc_server
 from loraplane.gateway.http_api import create_app
 from loraplane.gateway.liveness import WorkerProber
 from loraplane.gateway.metrics import GatewayMetrics
 from loraplane.gateway.placement import LocalLoad, PlacementView
+from loraplane.gateway.quotas import Quota, QuotaBook, TenantPolicies
 from loraplane.gateway.service import Gateway, Limits
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.gateway.workers import WorkerPool
@@ -86,15 +88,23 @@ def build_gateway(
             worker_suspect_s=settings.worker_suspect_s,
         ),
         default_base_model=settings.default_base_model,
+        flow=FlowController(settings.flow, metrics=FlowMetrics.for_registry(metrics.registry)),
+        quotas=QuotaBook(TenantPolicies(Quota(settings.default_max_in_flight,
+                                              settings.default_tokens_per_s))),
     )
 
 
-def _tenant_events(auth: AuthView, catalog: AdapterCatalog) -> Callable[[TenantEvent], None]:
-    """``tenant.events`` feed both views: keys and tenants (auth), shares (catalog)."""
+def _tenant_events(
+    auth: AuthView, catalog: AdapterCatalog, policies: TenantPolicies | None = None
+) -> Callable[[TenantEvent], None]:
+    """``tenant.events`` feed the views: keys and tenants (auth), shares (catalog), tiers
+    and quotas (policies)."""
 
     def apply(event: TenantEvent) -> None:
         auth.apply(event)
         catalog.apply_tenant_event(event)
+        if policies is not None:
+            policies.apply(event)
 
     return apply
 
@@ -183,7 +193,8 @@ class GatewayApp:
             self.feeder = ViewFeeder(
                 s.kafka_bootstrap,
                 {
-                    topics.TENANT_EVENTS: _tenant_events(g.auth, g.catalog),
+                    topics.TENANT_EVENTS: _tenant_events(
+                        g.auth, g.catalog, g.quotas.policies if g.quotas else None),
                     topics.ADAPTER_ADMISSIONS: g.catalog.apply_admission,
                     topics.ADAPTER_LIFECYCLE: g.catalog.apply_lifecycle,
                     topics.CACHE_STATE: g.placement.apply_report,

@@ -70,9 +70,11 @@ from loraplane.gateway.errors import (
     VersionNotReady,
     from_rpc_error,
 )
+from loraplane.gateway.flow import FlowController, Permit
 from loraplane.gateway.metrics import GatewayMetrics
 from loraplane.gateway.names import check_adapter_name, is_base_model
 from loraplane.gateway.placement import LocalLoad, PlacementView, WorkerView, worker_options
+from loraplane.gateway.quotas import QuotaBook, QuotaExceeded, QuotaLease
 from loraplane.gateway.resolution import resolve
 from loraplane.shared.errors import InvalidArgument, LoraplaneError
 from loraplane.shared.grpcutil import REASON_METADATA
@@ -212,8 +214,17 @@ class Gateway:
         on_incomplete: Callable[[str, str, str], None] | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        flow: FlowController | None = None,
+        quotas: QuotaBook | None = None,
     ) -> None:
-        """Wire the request path to its views and sinks (see the module doc)."""
+        """Wire the request path to its views and sinks (see the module doc).
+
+        ``flow``: admission limit, priority order and fair share per worker
+        (:mod:`.flow`; None = every request goes straight to its worker); ``quotas``:
+        tenant quotas and tiers (:mod:`.quotas`; None = no quota).
+        """
+        self.flow = flow
+        self.quotas = quotas
         self.auth = auth
         self.catalog = catalog
         self.placement = placement
@@ -400,6 +411,8 @@ class Gateway:
             else ClassBudget(budget_ms=0, on_cold=ColdPolicy.FAIL_FAST)
         )
         exclude = self._excluded()
+        quota: QuotaLease | None = None
+        priority = self.quotas.policies.priority(principal.tenant_id) if self.quotas else 0
         outcome = "ok"
         status = grpc.StatusCode.OK
         target: _Target | None = None
@@ -407,6 +420,15 @@ class Gateway:
         prompt_tokens = output_tokens = 0
         degrade = False
         try:
+            if self.quotas is not None:
+                try:
+                    quota = self.quotas.acquire(principal.tenant_id, req.adapter,
+                                                req.max_tokens or 1, self._monotonic())
+                except QuotaExceeded as exc:
+                    if self.flow is not None and self.flow.metrics is not None:
+                        self.flow.metrics.quota_refused.labels(principal.tenant_id,
+                                                               exc.quota).inc()
+                    raise
             for attempt in range(MAX_ROUTE_ATTEMPTS):
                 if info is None:
                     target = self._plan_base(base_model, exclude)
@@ -422,6 +444,17 @@ class Gateway:
                 # the canary must not be the worker's own LRU victim mid-split
                 wreq.never_evict = canary and info is not None and not target.use_base
                 wid = target.worker.worker_id
+                wreq.priority = priority  # type: ignore[assignment]
+                permit: Permit | None = None
+                if self.flow is not None:
+                    self.local.begin(wid)  # a waiter counts as load: the next goes elsewhere
+                    try:
+                        permit = await self.flow.admit(
+                            wid, tenant=principal.tenant_id, request_class=request_class,
+                            priority=priority, cost=req.max_tokens or 1,
+                        )
+                    finally:
+                        self.local.end(wid)
                 call = self.workers.stub(target.worker.address).Generate(
                     wreq, timeout=max(0.001, started + timeout - self._monotonic())
                 )
@@ -479,6 +512,8 @@ class Gateway:
                     if not call.done():
                         call.cancel()
                     self.local.end(wid)
+                    if permit is not None:
+                        permit.release()
                     if load_open and info is not None:
                         self.local.finish_load(wid, info.engine_id)
             if target is not None and target.use_base and info is not None:
@@ -494,6 +529,8 @@ class Gateway:
             raise
         finally:
             end = self._monotonic()
+            if quota is not None and self.quotas is not None:
+                self.quotas.release(quota, output_tokens, end)
             series.outcome(outcome)
             if first_at:
                 series.ttft.observe(first_at - started)

@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from loraplane.gateway.budget import BudgetConfig, load_budget_config
+from loraplane.gateway.flow import FlowConfig
 from loraplane.shared.settings import CommonSettings
 
 
@@ -92,6 +93,15 @@ class GatewaySettings(CommonSettings):
     """Static shares on top of the registry's (``tenant.events``):
     ``{"tenant": ["owner/name", ...]}`` (JSON in env)."""
 
+    flow: FlowConfig = Field(default_factory=FlowConfig)
+    """Admission limit per worker, headroom, ageing and fair-share weights (see
+    :mod:`.flow`; JSON in env, e.g. ``LORAPLANE_GATEWAY_FLOW='{"max_in_flight_per_worker": 4}'``)."""
+    default_max_in_flight: int = Field(default=32, ge=0)
+    """Quota of a tenant that has none in the registry: requests queued or running at once
+    at this gateway (0 = unlimited; see :mod:`.quotas`)."""
+    default_tokens_per_s: float = Field(default=0.0, ge=0)
+    """Quota of a tenant that has none in the registry: output tokens per second (0 =
+    unlimited)."""
     max_cold_loads_per_worker: int = Field(default=2, ge=1)
     """Concurrent cold loads the gateway starts on one worker."""
     warm_load_estimate_ms: float = Field(default=50.0, ge=0)

@@ -6,7 +6,7 @@ Commands (all read ``LORAPLANE_REGISTRY_ADDR``, ``LORAPLANE_REGISTRY_OPERATOR_TO
 
     loraplane release DIR --tenant T --name N --version V --base-model B \\
         --signing-key KEY.pem [--priority P] [--wait SECONDS] [--json]
-    loraplane tenants create|show|list|set-priority
+    loraplane tenants create|show|list|set-priority|set-quota|quotas
     loraplane keys create|revoke|list
     loraplane adapters list|show|share|unshare|shares
     loraplane promote|canary|rollback|retire TENANT/NAME ...
@@ -347,6 +347,50 @@ def tenants_set_priority(tenant_id: str, priority: str) -> None:
         t = reg.call("SetTenantPriority", registry_pb2.SetTenantPriorityRequest(
             tenant_id=tenant_id, priority=_priority(priority))).tenant
     out.print(f"{t.tenant_id}: {_enum_name(common_pb2.Priority, t.default_priority, 'PRIORITY_')}")
+
+
+@tenants_app.command("set-quota")
+def tenants_set_quota(
+    tenant_id: str,
+    max_in_flight: Annotated[int, typer.Option(
+        help="Requests queued or running at once at a gateway (0 = unlimited).")] = 0,
+    tokens_per_s: Annotated[float, typer.Option(
+        help="Output tokens per second (0 = unlimited).")] = 0.0,
+    adapter: Annotated[str, typer.Option(
+        help="Quota of this adapter of the tenant instead of the tenant-wide one.")] = "",
+    clear: Annotated[bool, typer.Option(
+        help="Remove the quota (the gateway's default applies again).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Set a tenant's quota (or one adapter's); gateways refuse what is over it with 429."""
+    with _client() as reg:
+        q = reg.call("SetTenantQuota", registry_pb2.SetTenantQuotaRequest(
+            tenant_id=tenant_id, adapter_name=adapter, max_in_flight=max_in_flight,
+            tokens_per_s=tokens_per_s, clear=clear)).quota
+    who = f"{tenant_id}/{adapter}" if adapter else tenant_id
+    if json_out:
+        _print_json(to_dict(q) if q.tenant_id else {"cleared": who})
+    elif not q.tenant_id:
+        out.print(f"{who}: quota cleared")
+    else:
+        out.print(f"{who}: max_in_flight={q.max_in_flight or 'unlimited'} "
+                  f"tokens_per_s={q.tokens_per_s or 'unlimited'}")
+
+
+@tenants_app.command("quotas")
+def tenants_quotas(tenant_id: str, json_out: JsonOpt = False) -> None:
+    """List a tenant's quotas (tenant-wide and per adapter)."""
+    with _client() as reg:
+        quotas = reg.call("ListTenantQuotas", registry_pb2.ListTenantQuotasRequest(
+            tenant_id=tenant_id)).quotas
+    if json_out:
+        _print_json([to_dict(q) for q in quotas])
+        return
+    table = Table("scope", "max in flight", "tokens/s")
+    for q in quotas:
+        table.add_row(q.adapter_name or "(tenant)", str(q.max_in_flight or "unlimited"),
+                      f"{q.tokens_per_s:g}" if q.tokens_per_s else "unlimited")
+    out.print(table)
 
 
 # --------------------------------------------------------------------------- keys

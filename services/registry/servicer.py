@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import asyncpg
 import grpc
 
-from loraplane.registry import audit, service
+from loraplane.registry import audit, quotas, service
 from loraplane.registry.auth import actor_of
 from loraplane.registry.metrics import RegistryMetrics
 from loraplane.shared.db import transaction
@@ -89,6 +89,24 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
             c, ctx, tenant_id=request.tenant_id, priority=request.priority))
         self._changed("tenant.set_priority", tenant.tenant_id)
         return registry_pb2.SetTenantPriorityResponse(tenant=tenant)
+
+    async def SetTenantQuota(
+        self, request: Any, context: Any
+    ) -> registry_pb2.SetTenantQuotaResponse:
+        ctx = self._ctx(context)
+        quota = await self._tx(lambda c: quotas.set_tenant_quota(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            max_in_flight=request.max_in_flight, tokens_per_s=request.tokens_per_s,
+            clear=request.clear))
+        self._changed("tenant.set_quota", request.tenant_id)
+        return registry_pb2.SetTenantQuotaResponse(quota=quota)
+
+    async def ListTenantQuotas(
+        self, request: Any, context: Any
+    ) -> registry_pb2.ListTenantQuotasResponse:
+        rows = await self._read(lambda c: quotas.list_tenant_quotas(
+            c, tenant_id=request.tenant_id))
+        return registry_pb2.ListTenantQuotasResponse(quotas=rows)
 
     # ------------------------------------------------------------------ keys
 

@@ -491,6 +491,20 @@ class TenantUpserted(_message.Message):
     disabled: bool
     def __init__(self, tenant_id: _Optional[str] = ..., display_name: _Optional[str] = ..., default_priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., disabled: _Optional[bool] = ...) -> None: ...
 
+class TenantQuotaSet(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "max_in_flight", "tokens_per_s", "cleared")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    max_in_flight: int
+    tokens_per_s: float
+    cleared: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., max_in_flight: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., cleared: _Optional[bool] = ...) -> None: ...
+
 class ApiKeyCreated(_message.Message):
     __slots__ = ("tenant_id", "key_id", "prefix", "key_hash")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -524,15 +538,17 @@ class AdapterShareChanged(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., grantee_tenant_id: _Optional[str] = ..., shared: _Optional[bool] = ...) -> None: ...
 
 class TenantEvent(_message.Message):
-    __slots__ = ("meta", "tenant_upserted", "api_key_created", "api_key_revoked", "adapter_share_changed")
+    __slots__ = ("meta", "tenant_upserted", "api_key_created", "api_key_revoked", "adapter_share_changed", "tenant_quota_set")
     META_FIELD_NUMBER: _ClassVar[int]
     TENANT_UPSERTED_FIELD_NUMBER: _ClassVar[int]
     API_KEY_CREATED_FIELD_NUMBER: _ClassVar[int]
     API_KEY_REVOKED_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_SHARE_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    TENANT_QUOTA_SET_FIELD_NUMBER: _ClassVar[int]
     meta: _common_pb2.EventMeta
     tenant_upserted: TenantUpserted
     api_key_created: ApiKeyCreated
     api_key_revoked: ApiKeyRevoked
     adapter_share_changed: AdapterShareChanged
-    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., tenant_upserted: _Optional[_Union[TenantUpserted, _Mapping]] = ..., api_key_created: _Optional[_Union[ApiKeyCreated, _Mapping]] = ..., api_key_revoked: _Optional[_Union[ApiKeyRevoked, _Mapping]] = ..., adapter_share_changed: _Optional[_Union[AdapterShareChanged, _Mapping]] = ...) -> None: ...
+    tenant_quota_set: TenantQuotaSet
+    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., tenant_upserted: _Optional[_Union[TenantUpserted, _Mapping]] = ..., api_key_created: _Optional[_Union[ApiKeyCreated, _Mapping]] = ..., api_key_revoked: _Optional[_Union[ApiKeyRevoked, _Mapping]] = ..., adapter_share_changed: _Optional[_Union[AdapterShareChanged, _Mapping]] = ..., tenant_quota_set: _Optional[_Union[TenantQuotaSet, _Mapping]] = ...) -> None: ...

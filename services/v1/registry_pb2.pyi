@@ -189,6 +189,52 @@ class SetTenantPriorityResponse(_message.Message):
     tenant: Tenant
     def __init__(self, tenant: _Optional[_Union[Tenant, _Mapping]] = ...) -> None: ...
 
+class TenantQuota(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "max_in_flight", "tokens_per_s", "updated_at")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    max_in_flight: int
+    tokens_per_s: float
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., max_in_flight: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SetTenantQuotaRequest(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "max_in_flight", "tokens_per_s", "clear")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    max_in_flight: int
+    tokens_per_s: float
+    clear: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., max_in_flight: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., clear: _Optional[bool] = ...) -> None: ...
+
+class SetTenantQuotaResponse(_message.Message):
+    __slots__ = ("quota",)
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    quota: TenantQuota
+    def __init__(self, quota: _Optional[_Union[TenantQuota, _Mapping]] = ...) -> None: ...
+
+class ListTenantQuotasRequest(_message.Message):
+    __slots__ = ("tenant_id",)
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    def __init__(self, tenant_id: _Optional[str] = ...) -> None: ...
+
+class ListTenantQuotasResponse(_message.Message):
+    __slots__ = ("quotas",)
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    quotas: _containers.RepeatedCompositeFieldContainer[TenantQuota]
+    def __init__(self, quotas: _Optional[_Iterable[_Union[TenantQuota, _Mapping]]] = ...) -> None: ...
+
 class CreateApiKeyRequest(_message.Message):
     __slots__ = ("tenant_id", "description")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]

@@ -55,6 +55,16 @@ class RegistryAdminStub:
                 request_serializer=loraplane_dot_v1_dot_registry__pb2.SetTenantPriorityRequest.SerializeToString,
                 response_deserializer=loraplane_dot_v1_dot_registry__pb2.SetTenantPriorityResponse.FromString,
                 _registered_method=True)
+        self.SetTenantQuota = channel.unary_unary(
+                '/loraplane.v1.RegistryAdmin/SetTenantQuota',
+                request_serializer=loraplane_dot_v1_dot_registry__pb2.SetTenantQuotaRequest.SerializeToString,
+                response_deserializer=loraplane_dot_v1_dot_registry__pb2.SetTenantQuotaResponse.FromString,
+                _registered_method=True)
+        self.ListTenantQuotas = channel.unary_unary(
+                '/loraplane.v1.RegistryAdmin/ListTenantQuotas',
+                request_serializer=loraplane_dot_v1_dot_registry__pb2.ListTenantQuotasRequest.SerializeToString,
+                response_deserializer=loraplane_dot_v1_dot_registry__pb2.ListTenantQuotasResponse.FromString,
+                _registered_method=True)
         self.CreateApiKey = channel.unary_unary(
                 '/loraplane.v1.RegistryAdmin/CreateApiKey',
                 request_serializer=loraplane_dot_v1_dot_registry__pb2.CreateApiKeyRequest.SerializeToString,
@@ -164,6 +174,21 @@ class RegistryAdminServicer:
 
     def SetTenantPriority(self, request, context):
         """Change a tenant's default priority.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTenantQuota(self, request, context):
+        """Set or clear the quota of a tenant or of one of its adapters (requests in flight,
+        output tokens per second); sent to the gateways on tenant.events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenantQuotas(self, request, context):
+        """List the quotas of a tenant (tenant-wide and per adapter).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -303,6 +328,16 @@ def add_RegistryAdminServicer_to_server(servicer, server):
                     servicer.SetTenantPriority,
                     request_deserializer=loraplane_dot_v1_dot_registry__pb2.SetTenantPriorityRequest.FromString,
                     response_serializer=loraplane_dot_v1_dot_registry__pb2.SetTenantPriorityResponse.SerializeToString,
+            ),
+            'SetTenantQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenantQuota,
+                    request_deserializer=loraplane_dot_v1_dot_registry__pb2.SetTenantQuotaRequest.FromString,
+                    response_serializer=loraplane_dot_v1_dot_registry__pb2.SetTenantQuotaResponse.SerializeToString,
+            ),
+            'ListTenantQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenantQuotas,
+                    request_deserializer=loraplane_dot_v1_dot_registry__pb2.ListTenantQuotasRequest.FromString,
+                    response_serializer=loraplane_dot_v1_dot_registry__pb2.ListTenantQuotasResponse.SerializeToString,
             ),
             'CreateApiKey': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateApiKey,
@@ -494,6 +529,60 @@ class RegistryAdmin:
             '/loraplane.v1.RegistryAdmin/SetTenantPriority',
             loraplane_dot_v1_dot_registry__pb2.SetTenantPriorityRequest.SerializeToString,
             loraplane_dot_v1_dot_registry__pb2.SetTenantPriorityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenantQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loraplane.v1.RegistryAdmin/SetTenantQuota',
+            loraplane_dot_v1_dot_registry__pb2.SetTenantQuotaRequest.SerializeToString,
+            loraplane_dot_v1_dot_registry__pb2.SetTenantQuotaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenantQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loraplane.v1.RegistryAdmin/ListTenantQuotas',
+            loraplane_dot_v1_dot_registry__pb2.ListTenantQuotasRequest.SerializeToString,
+            loraplane_dot_v1_dot_registry__pb2.ListTenantQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

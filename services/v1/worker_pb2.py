@@ -28,7 +28,7 @@ from loraplane.v1 import events_pb2 as loraplane_dot_v1_dot_events__pb2
 from loraplane.v1 import inference_pb2 as loraplane_dot_v1_dot_inference__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19loraplane/v1/worker.proto\x12\x0cloraplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19loraplane/v1/common.proto\x1a\x19loraplane/v1/events.proto\x1a\x1cloraplane/v1/inference.proto\"\x94\x03\n\x15WorkerGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x07\x61\x64\x61pter\x18\x02 \x01(\x0b\x32\x18.loraplane.v1.AdapterRef\x12\x11\n\tengine_id\x18\x03 \x01(\x03\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12-\n\x06params\x18\x05 \x01(\x0b\x32\x1d.loraplane.v1.GenerateRequest\x12\x31\n\rrequest_class\x18\x06 \x01(\x0e\x32\x1a.loraplane.v1.RequestClass\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x63old_budget_ms\x18\x08 \x01(\x05\x12\x10\n\x08use_base\x18\t \x01(\x08\x12\x14\n\x0c\x61rtifact_uri\x18\n \x01(\t\x12\x0c\n\x04rank\x18\x0b \x01(\x05\x12\x12\n\nsize_bytes\x18\x0c \x01(\x03\x12\x12\n\nbase_model\x18\r \x01(\t\x12\x13\n\x0bnever_evict\x18\x0e \x01(\x08\"\x11\n\x0fGetStateRequest2\xa9\x01\n\x0eWorkerInternal\x12Q\n\x08Generate\x12#.loraplane.v1.WorkerGenerateRequest\x1a\x1e.loraplane.v1.GenerateResponse0\x01\x12\x44\n\x08GetState\x12\x1d.loraplane.v1.GetStateRequest\x1a\x19.loraplane.v1.WorkerStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19loraplane/v1/worker.proto\x12\x0cloraplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19loraplane/v1/common.proto\x1a\x19loraplane/v1/events.proto\x1a\x1cloraplane/v1/inference.proto\"\xbe\x03\n\x15WorkerGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x07\x61\x64\x61pter\x18\x02 \x01(\x0b\x32\x18.loraplane.v1.AdapterRef\x12\x11\n\tengine_id\x18\x03 \x01(\x03\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12-\n\x06params\x18\x05 \x01(\x0b\x32\x1d.loraplane.v1.GenerateRequest\x12\x31\n\rrequest_class\x18\x06 \x01(\x0e\x32\x1a.loraplane.v1.RequestClass\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x63old_budget_ms\x18\x08 \x01(\x05\x12\x10\n\x08use_base\x18\t \x01(\x08\x12\x14\n\x0c\x61rtifact_uri\x18\n \x01(\t\x12\x0c\n\x04rank\x18\x0b \x01(\x05\x12\x12\n\nsize_bytes\x18\x0c \x01(\x03\x12\x12\n\nbase_model\x18\r \x01(\t\x12\x13\n\x0bnever_evict\x18\x0e \x01(\x08\x12(\n\x08priority\x18\x0f \x01(\x0e\x32\x16.loraplane.v1.Priority\"\x11\n\x0fGetStateRequest2\xa9\x01\n\x0eWorkerInternal\x12Q\n\x08Generate\x12#.loraplane.v1.WorkerGenerateRequest\x1a\x1e.loraplane.v1.GenerateResponse0\x01\x12\x44\n\x08GetState\x12\x1d.loraplane.v1.GetStateRequest\x1a\x19.loraplane.v1.WorkerStateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,9 +36,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loraplane.v1.worker_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WORKERGENERATEREQUEST']._serialized_start=161
-  _globals['_WORKERGENERATEREQUEST']._serialized_end=565
-  _globals['_GETSTATEREQUEST']._serialized_start=567
-  _globals['_GETSTATEREQUEST']._serialized_end=584
-  _globals['_WORKERINTERNAL']._serialized_start=587
-  _globals['_WORKERINTERNAL']._serialized_end=756
+  _globals['_WORKERGENERATEREQUEST']._serialized_end=607
+  _globals['_GETSTATEREQUEST']._serialized_start=609
+  _globals['_GETSTATEREQUEST']._serialized_end=626
+  _globals['_WORKERINTERNAL']._serialized_start=629
+  _globals['_WORKERINTERNAL']._serialized_end=798
 # @@protoc_insertion_point(module_scope)

@@ -175,6 +175,8 @@ class SlotWait:
     deadline: float | None
     """Monotonic instant the wait ends (what is left of the request's budget); None: no
     bound but the caller's own deadline and cancellation."""
+    priority: int = common_pb2.PRIORITY_UNSPECIFIED
+    """Tier of the calling tenant (with the class, its place in the queue)."""
 
 
 EventSink = Callable[[LoadOutcome | EvictOutcome], Awaitable[None]]
@@ -454,6 +456,7 @@ class AdapterManager:
         ticket: Ticket[asyncio.Future[None] | None] | None = None
         waited_from = self.monotonic()
         klass = wait.request_class if wait is not None else 0
+        prio = wait.priority if wait is not None else common_pb2.PRIORITY_UNSPECIFIED
         klass_name = POLICY_CLASSES.get(klass, RequestClass.BACKGROUND).value
         done = False
         try:
@@ -462,7 +465,7 @@ class AdapterManager:
                 evicted: EvictOutcome | None = None
                 register_s: float | None = None
                 if not (ticket is None and wait is not None
-                        and self.slot_queue.ahead_of(klass) > 0):
+                        and self.slot_queue.ahead_of(klass, self.monotonic(), prio) > 0):
                     async with self._room:
                         full = self.hot_count() >= self.hot_capacity
                         if full and make_room:
@@ -499,7 +502,8 @@ class AdapterManager:
                     raise self._no_slot(spec, cause, waited_from, klass_name)
                 if ticket is None:
                     try:
-                        ticket = self.slot_queue.push(klass, now, wait.deadline or math.inf, None)
+                        ticket = self.slot_queue.push(klass, now, wait.deadline or math.inf, None,
+                                                      prio)
                     except QueueFull as exc:
                         self.metrics.slot_waits.labels(self.base_model, klass_name,
                                                        "queue_full").inc()
@@ -663,6 +667,7 @@ class AdapterManager:
         never_evict: bool = False,
         request_class: int = common_pb2.REQUEST_CLASS_UNSPECIFIED,
         wait_s: float | None = None,
+        priority: int = common_pb2.PRIORITY_UNSPECIFIED,
     ) -> AsyncIterator[Lease]:
         """Hold a version for one request: promote it to HOT if needed, count it in flight.
 
@@ -670,7 +675,8 @@ class AdapterManager:
         loaded only when ``allow_cold`` (within ``cold_timeout_s``; the fetch itself goes
         on after a timeout, so the next request finds it WARM); otherwise
         :class:`AdapterCold`. A full worker makes room (:meth:`choose_victim`) or queues
-        the request for a slot (``request_class`` orders the queue) for at most
+        the request for a slot (``request_class`` then ``priority``, the tenant's tier,
+        order the queue, with ageing: :mod:`loraplane.shared.ordering`) for at most
         ``cold_timeout_s`` (else ``wait_s``, else until the caller gives up), then
         :class:`NoSlot`. From its start to its end the request *claims* the version: a
         claimed version is never a victim, so a version loaded for a waiting request
@@ -686,7 +692,8 @@ class AdapterManager:
         arrival = p.tier if p is not None else TIER_COLD
         budget_s = cold_timeout_s if cold_timeout_s is not None else wait_s
         wait = SlotWait(request_class,
-                        None if budget_s is None else self.monotonic() + max(0.0, budget_s))
+                        None if budget_s is None else self.monotonic() + max(0.0, budget_s),
+                        priority)
         self._claims[eid] += 1
         leased = False
         try:
@@ -747,7 +754,8 @@ class AdapterManager:
         out of the queue."""
         waited_from = self.monotonic()
         parked = self._slot_waiting.get(spec.engine_id)
-        if parked is not None and self.slot_queue.inherit(parked, wait.request_class):
+        if parked is not None and self.slot_queue.inherit(parked, wait.request_class,
+                                                          self.monotonic(), wait.priority):
             self._set_queue_gauges()
         try:
             timeout = None if wait.deadline is None else max(0.0, wait.deadline - waited_from)

@@ -1,0 +1,444 @@
+"""Flow control at the gateway: an admission limit per worker, priority bands with ageing,
+and fair share between tenants within a band.
+
+Without this the engine's own FIFO decides: every request sent to a worker runs at once
+in vLLM's batch, so one tenant's 48 background streams slow every other tenant's tokens.
+Here each worker takes at most ``max_in_flight_per_worker`` requests from this gateway;
+the others wait in that worker's :class:`FlowQueue`.
+
+**Who goes next** (:meth:`FlowQueue.pop_next`, pure: the caller passes the clock's
+readings):
+
+1. *Band* — class then tenant priority (:mod:`loraplane.shared.ordering`): the band whose
+   next waiter (the one its fair share picks, step 3) has the smallest aged key
+   ``enqueued_at + band * age_step_s``. So a better band goes first, but a request is
+   overtaken only by requests that arrived at most ``(band - their band) *
+   age_step_s`` after it (at most 11 s for bronze background with the default 1 s step);
+   whatever arrives later is served after it.
+2. *Headroom* — a band may only fill the worker up to its cap: platinum interactive up
+   to the limit, other interactive up to ``limit - platinum_reserve``, canary and
+   background up to ``limit - platinum_reserve - interactive_reserve``. So a flood of
+   lower bands always leaves slots for the bands above it, and an interactive request
+   never waits behind a 64-token background request to finish (the engine cannot
+   preempt a running one for compute). When the aged head of the line is a band over
+   its cap, nothing else is admitted until it fits (that is what bounds the overtaking).
+3. *Tenant* — deficit round robin within the band: each tenant with waiters gets a
+   quantum of ``quantum_tokens * weight`` tokens per round (weight by tenant tier:
+   platinum 8, gold 4, silver 2, bronze 1), a request costs its ``max_tokens``; FIFO
+   within a tenant. A tenant with 48 streams thus gets its weight's share of the band's
+   admissions while another tenant waits in the band, not 48 / 49 of them.
+
+A waiter never waits past its class's ``max_wait_s`` (the caller's timer; it is then
+refused with RESOURCE_EXHAUSTED, ``queue_wait_exceeded``, and a retry hint).
+
+:class:`FlowController` is the asyncio side (futures, timers, metrics); it only executes
+what the queue decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from loraplane.shared.errors import ResourceExhausted
+from loraplane.shared.metrics import PerRegistry
+from loraplane.shared.ordering import (
+    BANDS,
+    DEFAULT_AGE_STEP_S,
+    PRIORITIES_PER_CLASS,
+    PRIORITY_NAMES,
+    aged_key,
+    band,
+)
+from loraplane.v1 import common_pb2
+
+T = TypeVar("T")
+
+CLASS_OF_RANK = ("interactive", "canary", "background")
+"""Class name of each class rank."""
+
+WAIT_BUCKETS: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+"""Queue-wait buckets (seconds)."""
+
+
+class FlowConfig(BaseModel):
+    """Admission limit, headroom, ageing and fair-share weights (gateway settings ``flow``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_in_flight_per_worker: int = Field(default=8, ge=0)
+    """Requests this gateway runs on one worker at once (0 = no limit, no queue: the
+    engine's FIFO decides)."""
+    platinum_reserve: int = Field(default=2, ge=0)
+    """Slots of a worker only platinum interactive requests may take."""
+    interactive_reserve: int = Field(default=2, ge=0)
+    """Further slots only interactive requests may take (canary / background never)."""
+    age_step_s: float = Field(default=DEFAULT_AGE_STEP_S, gt=0)
+    """Head start of one band over the next, in seconds waited (bounds overtaking)."""
+    quantum_tokens: int = Field(default=64, ge=1)
+    """Deficit-round-robin quantum per unit of weight, in tokens."""
+    weights: dict[str, int] = Field(
+        default_factory=lambda: {"platinum": 8, "gold": 4, "silver": 2, "bronze": 1}
+    )
+    """Fair-share weight by tenant tier."""
+    max_wait_s: dict[str, float] = Field(
+        default_factory=lambda: {"interactive": 10.0, "canary": 30.0, "background": 30.0}
+    )
+    """Longest wait in the queue by class (background and canary: their 30 s budget)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> FlowConfig:
+        problems = []
+        limit = self.max_in_flight_per_worker
+        if limit and limit - self.platinum_reserve - self.interactive_reserve < 1:
+            problems.append(
+                f"max_in_flight_per_worker {limit} leaves no slot for canary/background after "
+                f"platinum_reserve {self.platinum_reserve} + interactive_reserve "
+                f"{self.interactive_reserve}"
+            )
+        missing = {"platinum", "gold", "silver", "bronze"} - set(self.weights)
+        if missing or any(w < 1 for w in self.weights.values()):
+            problems.append(f"weights needs platinum, gold, silver, bronze >= 1 (missing "
+                            f"{sorted(missing)})")
+        missing = set(CLASS_OF_RANK) - set(self.max_wait_s)
+        if missing or any(s <= 0 for s in self.max_wait_s.values()):
+            problems.append(f"max_wait_s needs interactive, canary, background > 0 (missing "
+                            f"{sorted(missing)})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def cap(self, band_: int) -> int:
+        """Most requests in flight on a worker with which a request of ``band_`` is admitted."""
+        limit = self.max_in_flight_per_worker
+        if band_ == 0:
+            return limit
+        if band_ < PRIORITIES_PER_CLASS:
+            return limit - self.platinum_reserve
+        return limit - self.platinum_reserve - self.interactive_reserve
+
+    def weight(self, priority: int) -> int:
+        """Fair-share weight of a tenant of ``priority``."""
+        return self.weights[PRIORITY_NAMES.get(priority, "bronze")]
+
+    def wait_limit_s(self, request_class: int) -> float:
+        """Longest wait in the queue of a request of ``request_class``."""
+        return self.max_wait_s[class_name(request_class)]
+
+
+def class_name(request_class: int) -> str:
+    """Class name of a request class value (unspecified = interactive)."""
+    return CLASS_OF_RANK[band(request_class, common_pb2.PRIORITY_PLATINUM) // PRIORITIES_PER_CLASS]
+
+
+@dataclass(eq=False)
+class Waiter(Generic[T]):
+    """One request waiting for admission to a worker."""
+
+    tenant: str
+    band: int
+    weight: int
+    cost: int
+    """Tokens the request may produce (its ``max_tokens``): its deficit-round-robin cost."""
+    enqueued_at: float
+    seq: int
+    payload: T = field(repr=False)
+
+    @property
+    def klass(self) -> str:
+        """Class name."""
+        return CLASS_OF_RANK[self.band // PRIORITIES_PER_CLASS]
+
+
+@dataclass
+class _Band(Generic[T]):
+    """Waiters of one band: FIFO per tenant, deficit round robin between tenants."""
+
+    queues: dict[str, deque[Waiter[T]]] = field(default_factory=dict)
+    active: deque[str] = field(default_factory=deque)
+    deficit: dict[str, float] = field(default_factory=dict)
+    turn_started: bool = False
+
+    def push(self, w: Waiter[T]) -> None:
+        q = self.queues.get(w.tenant)
+        if q is None:
+            q = self.queues[w.tenant] = deque()
+            self.active.append(w.tenant)
+            self.deficit[w.tenant] = 0.0
+        q.append(w)
+
+    def _drop_tenant(self, tenant: str) -> None:
+        if self.active and self.active[0] == tenant:
+            self.turn_started = False
+        del self.queues[tenant]
+        self.active.remove(tenant)
+        del self.deficit[tenant]
+
+    def remove(self, w: Waiter[T]) -> bool:
+        q = self.queues.get(w.tenant)
+        if q is None or w not in q:
+            return False
+        q.remove(w)
+        if not q:
+            self._drop_tenant(w.tenant)
+        return True
+
+    def peek(self, quantum_tokens: int) -> Waiter[T]:
+        """The waiter deficit round robin serves next (advances the rounds to it; calling
+        again returns the same waiter)."""
+        while True:
+            tenant = self.active[0]
+            q = self.queues[tenant]
+            if not self.turn_started:
+                self.deficit[tenant] += quantum_tokens * q[0].weight
+                self.turn_started = True
+            if q[0].cost <= self.deficit[tenant]:
+                return q[0]
+            self.active.rotate(-1)  # its turn is over; the deficit is kept for the next
+            self.turn_started = False
+
+    def pop(self, quantum_tokens: int) -> Waiter[T]:
+        head = self.peek(quantum_tokens)
+        q = self.queues[head.tenant]
+        q.popleft()
+        self.deficit[head.tenant] -= head.cost
+        if not q:
+            self._drop_tenant(head.tenant)  # an idle tenant keeps no credit
+        return head
+
+
+class FlowQueue(Generic[T]):
+    """The waiters for one worker, in service order (see the module doc). Pure."""
+
+    def __init__(self, config: FlowConfig) -> None:
+        """An empty queue under ``config``."""
+        self.config = config
+        self._bands: list[_Band[T]] = [_Band() for _ in range(BANDS)]
+        self._seq = itertools.count()
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[Waiter[T]]:
+        """Every waiter (band by band, tenant by tenant; not service order)."""
+        for b in self._bands:
+            for q in b.queues.values():
+                yield from q
+
+    def push(
+        self, *, tenant: str, request_class: int, priority: int, cost: int, now: float,
+        payload: T,
+    ) -> Waiter[T]:
+        """Queue a request of ``tenant`` (its tier ``priority``) that arrived at ``now``."""
+        b = band(request_class, priority)
+        w = Waiter(tenant, b, self.config.weight(priority), max(1, cost), now,
+                   next(self._seq), payload)
+        self._bands[b].push(w)
+        self._len += 1
+        return w
+
+    def remove(self, w: Waiter[T]) -> bool:
+        """Take a waiter out (False when it is no longer queued)."""
+        if self._bands[w.band].remove(w):
+            self._len -= 1
+            return True
+        return False
+
+    def head_band(self) -> int | None:
+        """The band whose turn it is, if any: the smallest aged key of the waiter each band
+        would serve next (its fair-share choice)."""
+        best: tuple[float, int] | None = None
+        for i, b in enumerate(self._bands):
+            if b.queues:
+                nxt = b.peek(self.config.quantum_tokens)
+                key = (aged_key(i, nxt.enqueued_at, self.config.age_step_s), i)
+                if best is None or key < best:
+                    best = key
+        return None if best is None else best[1]
+
+    def pop_next(self, in_flight: int) -> Waiter[T] | None:
+        """The waiter to admit now with ``in_flight`` requests running on the worker, taken
+        out of the queue; None when the band whose turn it is has no room (or no waiter)."""
+        head = self.head_band()
+        if head is None:
+            return None
+        if self.config.max_in_flight_per_worker and in_flight >= self.config.cap(head):
+            return None
+        self._len -= 1
+        return self._bands[head].pop(self.config.quantum_tokens)
+
+
+# --------------------------------------------------------------------------- asyncio side
+
+
+class QueueWaitExceeded(ResourceExhausted):
+    """A request waited its class's longest queue wait for a worker slot."""
+
+    code = "queue_wait_exceeded"
+
+
+class FlowMetrics(PerRegistry):
+    """Queue depth and wait per tenant and class, worker time per tenant, quota refusals."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        """Register the families in ``registry``."""
+        super().__init__(registry)
+        self.depth = Gauge(
+            "loraplane_gateway_queue_depth", "Requests waiting for a worker slot at this "
+            "gateway.", ["tenant", "class"], registry=registry,
+        )
+        self.wait = Histogram(
+            "loraplane_gateway_queue_wait_seconds", "Time a request waited for a worker slot "
+            "(admitted or refused).", ["tenant", "class"], buckets=WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.timeouts = Counter(
+            "loraplane_gateway_queue_timeouts", "Requests refused after waiting their class's "
+            "longest queue wait.", ["tenant", "class"], registry=registry,
+        )
+        self.worker_seconds = Counter(
+            "loraplane_gateway_worker_seconds", "Seconds requests of a tenant held a worker "
+            "slot (share of worker time: rate over the sum of rates).", ["tenant", "class"],
+            registry=registry,
+        )
+
+
+@dataclass
+class _WorkerFlow:
+    queue: FlowQueue[asyncio.Future[float]]
+    in_flight: int = 0
+
+
+class Permit:
+    """A request's slot on a worker; :meth:`release` it when the stream ends."""
+
+    __slots__ = ("_done", "_flow", "_worker", "admitted_at", "klass", "tenant", "waited_s")
+
+    def __init__(self, flow: FlowController, worker: str, tenant: str, klass: str,
+                 admitted_at: float, waited_s: float) -> None:
+        self._flow = flow
+        self._worker = worker
+        self.tenant = tenant
+        self.klass = klass
+        self.admitted_at = admitted_at
+        self.waited_s = waited_s
+        """Seconds the request waited in the queue."""
+        self._done = False
+
+    def release(self) -> None:
+        """Give the slot back (idempotent) and admit who is next."""
+        if self._done:
+            return
+        self._done = True
+        self._flow._release(self)
+
+
+class FlowController:
+    """Per-worker admission queues of this gateway (executes :class:`FlowQueue`'s order)."""
+
+    def __init__(
+        self,
+        config: FlowConfig,
+        *,
+        metrics: FlowMetrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``monotonic``: the clock of arrivals, waits and worker time."""
+        self.config = config
+        self.metrics = metrics
+        self._now = monotonic
+        self._workers: dict[str, _WorkerFlow] = {}
+
+    def _worker(self, worker_id: str) -> _WorkerFlow:
+        wf = self._workers.get(worker_id)
+        if wf is None:
+            wf = self._workers[worker_id] = _WorkerFlow(FlowQueue(self.config))
+        return wf
+
+    def in_flight(self, worker_id: str) -> int:
+        """Requests admitted to ``worker_id`` and not released."""
+        wf = self._workers.get(worker_id)
+        return wf.in_flight if wf is not None else 0
+
+    def waiting(self, worker_id: str) -> int:
+        """Requests waiting for ``worker_id``."""
+        wf = self._workers.get(worker_id)
+        return len(wf.queue) if wf is not None else 0
+
+    async def admit(
+        self, worker_id: str, *, tenant: str, request_class: int, priority: int, cost: int,
+    ) -> Permit:
+        """Wait for a slot on ``worker_id`` (raises :class:`QueueWaitExceeded`)."""
+        klass = class_name(request_class)
+        if not self.config.max_in_flight_per_worker:
+            return Permit(self, worker_id, tenant, klass, self._now(), 0.0)
+        wf = self._worker(worker_id)
+        arrived = self._now()
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        waiter = wf.queue.push(tenant=tenant, request_class=request_class, priority=priority,
+                               cost=cost, now=arrived, payload=fut)
+        depth = self.metrics.depth.labels(tenant, klass) if self.metrics else None
+        if depth is not None:
+            depth.inc()
+        self._dispatch(wf)
+        if not fut.done():
+            limit = self.config.wait_limit_s(request_class)
+            try:
+                await asyncio.wait({fut}, timeout=limit)
+            except asyncio.CancelledError:
+                if not wf.queue.remove(waiter) and fut.done():
+                    wf.in_flight -= 1  # admitted as the caller left: give the slot back
+                    self._dispatch(wf)
+                elif depth is not None:
+                    depth.dec()
+                raise
+            if not fut.done():
+                wf.queue.remove(waiter)
+                waited = self._now() - arrived
+                if self.metrics is not None:
+                    depth.dec()  # type: ignore[union-attr]
+                    self.metrics.wait.labels(tenant, klass).observe(waited)
+                    self.metrics.timeouts.labels(tenant, klass).inc()
+                raise QueueWaitExceeded(
+                    f"waited {waited:.1f} s for a slot on worker {worker_id} (the {klass} "
+                    f"class waits at most {limit:g} s; {len(wf.queue)} requests still "
+                    f"queued, {wf.in_flight} running)",
+                    retry_after_s=max(1.0, min(limit, 5.0)),
+                )
+        admitted_at = fut.result()
+        waited = admitted_at - arrived
+        if self.metrics is not None:
+            self.metrics.wait.labels(tenant, klass).observe(waited)
+        return Permit(self, worker_id, tenant, klass, admitted_at, waited)
+
+    def _dispatch(self, wf: _WorkerFlow) -> None:
+        while True:
+            w = wf.queue.pop_next(wf.in_flight)
+            if w is None:
+                return
+            wf.in_flight += 1
+            if self.metrics is not None:
+                self.metrics.depth.labels(w.tenant, w.klass).dec()
+            w.payload.set_result(self._now())
+
+    def _release(self, permit: Permit) -> None:
+        if self.metrics is not None:
+            self.metrics.worker_seconds.labels(permit.tenant, permit.klass).inc(
+                max(0.0, self._now() - permit.admitted_at)
+            )
+        if not self.config.max_in_flight_per_worker:
+            return
+        wf = self._worker(permit._worker)
+        wf.in_flight = max(0, wf.in_flight - 1)
+        self._dispatch(wf)
