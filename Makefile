@@ -66,19 +66,19 @@ bench-policy: install ## cache policies on the reference traces (synthetic + Gen
 	$(PY) -m loraplane.sim.bench
 
 bench-admission: install ## admission verification MB/s beside raw sha256 MB/s -> .loraplane/bench/admission.json
-	$(PY) -m loraplane.admission.bench
+	$(PY) -m benchmarks.admission
 
 bench-cold: install ## worker cold path (S3 -> verified -> engine) beside raw GET+sha256, 1-100 MB -> .loraplane/bench/cold.json
-	$(PY) -m loraplane.worker.bench_cold
+	$(PY) -m benchmarks.cold
 
 bench-gateway: install ## direct vs pass-through proxy vs gateway on the null engine -> .loraplane/bench/gateway.json
-	$(PY) -m loraplane.gateway.bench
+	$(PY) -m benchmarks.gateway
 
 bench-registry: install ## register -> event published latency on a private stack -> .loraplane/bench/registry.json
-	scripts/with_stack.sh $(PY) -m loraplane.registry.bench
+	scripts/with_stack.sh $(PY) -m benchmarks.registry
 
 bench-cache: install ## cache-manager decision latency and heat-event throughput -> .loraplane/bench/cache.json
-	scripts/with_stack.sh $(PY) -m loraplane.cache_manager.bench
+	scripts/with_stack.sh $(PY) -m benchmarks.cache
 
 stress: install ## the platform under load and faults (2 vLLM workers, 12 scenarios, invariants checked) -> .loraplane/bench/stress.json
 	$(PY) tests/stress/stress.py $(if $(ONLY),--only $(ONLY))

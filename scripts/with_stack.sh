@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run a command against a private, freshly started embedded stack (own ports and data dir),
-# then stop it:  scripts/with_stack.sh python -m loraplane.registry.bench
+# then stop it:  scripts/with_stack.sh python -m benchmarks.registry
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LORAPLANE_STACK_PORT_BASE=${LORAPLANE_STACK_PORT_BASE:-25000}

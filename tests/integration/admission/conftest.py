@@ -19,10 +19,10 @@ from loraplane.admission.settings import AdmissionSettings
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.devkit.keys import write_dev_keys
 from loraplane.registry.app import RegistryApp
-from loraplane.registry.testing import registry_settings
 from loraplane.shared.catalogue import BaseModelSpec, load_catalogue
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES
 from loraplane.stack.stack import Stack
+from tests.support.registry import registry_settings
 
 from .corpus import Env
 

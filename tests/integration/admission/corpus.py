@@ -30,7 +30,10 @@ from typing import Any
 import numpy as np
 
 from loraplane.admission.checks.safetensors import read_header
-from loraplane.admission.synth import (
+from loraplane.devkit.builder import DemoManifest
+from loraplane.shared.catalogue import BaseModelSpec
+from loraplane.shared.signing import sign_directory
+from tests.support.synth import (
     RawTensor,
     lora_name,
     lora_tensors,
@@ -38,9 +41,6 @@ from loraplane.admission.synth import (
     to_raw,
     write_adapter,
 )
-from loraplane.devkit.builder import DemoManifest
-from loraplane.shared.catalogue import BaseModelSpec
-from loraplane.shared.signing import sign_directory
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"

@@ -23,11 +23,11 @@ from loraplane.admission.pipeline import CheckContext, check_quarantined
 from loraplane.admission.trust import TrustStore
 from loraplane.registry.app import RegistryApp
 from loraplane.registry.client import RegistryClient, release_adapter, wait_for_verdict
-from loraplane.registry.testing import TOKEN
 from loraplane.shared.catalogue import BaseModelSpec, load_catalogue
 from loraplane.shared.signing import compute_manifest_digest
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2
+from tests.support.registry import TOKEN
 
 from .conftest import REPO, Keys
 from .corpus import ALL_CASES, HOSTILE, WELL_FORMED, Built, Case, Env

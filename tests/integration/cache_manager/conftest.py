@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from loraplane.cache_manager.testing import Bus, Launcher, Registry, reset_topics
 from loraplane.stack.stack import Stack
+from tests.support.cache_manager import Bus, Launcher, Registry, reset_topics
 
 
 @pytest_asyncio.fixture

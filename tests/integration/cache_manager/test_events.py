@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from loraplane.cache_manager import eventgen as ev
-from loraplane.cache_manager.testing import (
+from loraplane.v1 import cache_pb2, common_pb2
+from tests.support import eventgen as ev
+from tests.support.cache_manager import (
     Bus,
     Heartbeat,
     Launcher,
@@ -20,7 +21,6 @@ from loraplane.cache_manager.testing import (
     describe,
     is_cmd,
 )
-from loraplane.v1 import cache_pb2, common_pb2
 
 HOT, WARM = common_pb2.TIER_HOT, common_pb2.TIER_WARM
 

@@ -21,15 +21,15 @@ import pytest
 from minio import Minio
 from prometheus_client import CollectorRegistry
 
-from loraplane.cache_manager import eventgen as ev
 from loraplane.cache_manager.model import Ref
-from loraplane.cache_manager.testing import Bus, Launcher, Registry, describe, is_cmd
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
+from tests.support import eventgen as ev
+from tests.support.cache_manager import Bus, Launcher, Registry, describe, is_cmd
 
 pytestmark = pytest.mark.engine
 HOT = common_pb2.TIER_HOT

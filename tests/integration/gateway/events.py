@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from loraplane.gateway.echo_worker import EchoWorker
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import common_pb2, events_pb2
+from tests.support.echo_worker import EchoWorker
 
 
 def ref(tenant: str, name: str, version: str, base: str) -> common_pb2.AdapterRef:

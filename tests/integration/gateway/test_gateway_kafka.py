@@ -10,10 +10,10 @@ import grpc
 import httpx
 
 from loraplane.gateway.auth import key_hash
-from loraplane.gateway.echo_worker import EchoWorker, serve_echo_worker
 from loraplane.shared import topics
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from tests.support.echo_worker import EchoWorker, serve_echo_worker
 
 from .conftest import eventually, gateway_app, publisher, read_topic
 from .events import admitted, key_created, key_revoked, promoted, worker_state

@@ -44,13 +44,11 @@ from typer.testing import CliRunner
 
 from loraplane.admission.app import AdmissionApp
 from loraplane.admission.settings import AdmissionSettings
-from loraplane.cache_manager.testing import Launcher, Manager
 from loraplane.cli.main import app as cli_app
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.registry.app import RegistryApp
-from loraplane.registry.testing import TOKEN, registry_settings
 from loraplane.shared.errors import LoraplaneError
 from loraplane.shared.migrations import migrate_up
 from loraplane.stack.stack import Stack
@@ -58,6 +56,8 @@ from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
+from tests.support.cache_manager import Launcher, Manager
+from tests.support.registry import TOKEN, registry_settings
 
 pytestmark = pytest.mark.engine
 

@@ -19,11 +19,11 @@ from prometheus_client import CollectorRegistry
 
 from loraplane.registry.app import RegistryApp
 from loraplane.registry.settings import RegistrySettings
-from loraplane.registry.testing import Registry, registry_settings
 from loraplane.shared.migrations import migrate_up
 from loraplane.shared.outbox import PublishedRow
 from loraplane.stack.stack import Stack
 from loraplane.v1 import registry_pb2_grpc
+from tests.support.registry import Registry, registry_settings
 
 
 @asynccontextmanager

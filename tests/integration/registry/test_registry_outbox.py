@@ -17,17 +17,17 @@ from typing import Any
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from loraplane.registry.testing import (
-    BASE,
-    Registry,
-    eventually,
-    verdict_event,
-)
 from loraplane.shared.migrations import dbmate
 from loraplane.shared.outbox import OutboxRelay, enqueue, prune_published
 from loraplane.shared.topics import ADAPTER_RELEASES, TENANT_EVENTS, new_meta
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2
+from tests.support.registry import (
+    BASE,
+    Registry,
+    eventually,
+    verdict_event,
+)
 
 R = registry_pb2
 

@@ -12,10 +12,10 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from loraplane.registry.testing import BASE, Registry, record
 from loraplane.shared.topics import ADAPTER_LIFECYCLE, ADAPTER_RELEASES, TENANT_EVENTS
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2
+from tests.support.registry import BASE, Registry, record
 
 Code = grpc.StatusCode
 R = registry_pb2

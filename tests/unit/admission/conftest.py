@@ -8,11 +8,11 @@ import pytest
 
 from loraplane.admission.checks.files import SizeLimits
 from loraplane.admission.pipeline import CheckContext
-from loraplane.admission.synth import write_adapter
 from loraplane.admission.trust import TrustedKey, TrustStore
 from loraplane.devkit.keys import write_dev_keys
 from loraplane.shared.catalogue import BaseModelSpec, Catalogue, load_catalogue
 from loraplane.shared.signing import sign_directory
+from tests.support.synth import write_adapter
 
 REPO = Path(__file__).resolve().parents[3]
 TINY = "loraplane/tiny-llama"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loraplane.admission import bench
+from benchmarks import admission as bench
 
 
 def test_bench_small_shape(tmp_path: Path) -> None:

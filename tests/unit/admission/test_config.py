@@ -13,7 +13,7 @@ from loraplane.admission.checks.config import (
     check_config_matches_release,
 )
 from loraplane.admission.problems import CONFIG_INVALID
-from loraplane.admission.synth import adapter_config
+from tests.support.synth import adapter_config
 
 GOOD = adapter_config(rank=8, target_modules=("q_proj", "v_proj"),
                       base_model="loraplane/tiny-llama")

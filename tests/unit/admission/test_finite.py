@@ -11,7 +11,7 @@ from loraplane.admission.checks import finite
 from loraplane.admission.checks.finite import check_finite
 from loraplane.admission.checks.safetensors import read_header
 from loraplane.admission.problems import NON_FINITE
-from loraplane.admission.synth import RawTensor, safetensors_bytes, to_raw
+from tests.support.synth import RawTensor, safetensors_bytes, to_raw
 
 
 def _scan(tmp_path: Path, tensors: dict[str, RawTensor]) -> tuple[list[str], int]:

@@ -22,9 +22,9 @@ from loraplane.admission.problems import (
     UNSIGNED_FILE,
     Problem,
 )
-from loraplane.admission.synth import lora_tensors, safetensors_bytes, to_raw
 from loraplane.shared.catalogue import BaseModelSpec
 from loraplane.shared.signing import compute_manifest_digest, sign_directory
+from tests.support.synth import lora_tensors, safetensors_bytes, to_raw
 
 
 def _claim(adapter: Path, tiny: BaseModelSpec, **kw: object) -> ReleaseClaim:
@@ -87,7 +87,7 @@ def test_a_skipped_check_never_admits(adapter: Path, tiny: BaseModelSpec, ctx: C
 
 def test_rank_mismatch_is_folded(tmp_path: Path, tiny: BaseModelSpec, ctx: CheckContext,
                                  keys_dir: Path) -> None:
-    from loraplane.admission.synth import write_adapter
+    from tests.support.synth import write_adapter
 
     d = write_adapter(tmp_path / "a", tiny, rank=16, target_modules=("q_proj", "v_proj"))
     config = json.loads((d / "adapter_config.json").read_text())

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from loraplane.admission.checks.safetensors import read_header
 from loraplane.admission.problems import SAFETENSORS_INVALID, TENSOR_DTYPE
-from loraplane.admission.synth import RawTensor, safetensors_bytes, to_raw
+from tests.support.synth import RawTensor, safetensors_bytes, to_raw
 
 T = {"a": to_raw(np.ones((2, 3), np.float32), "F32"),
      "b": to_raw(np.ones((4,), np.float32), "BF16")}

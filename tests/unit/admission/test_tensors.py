@@ -5,8 +5,8 @@ from __future__ import annotations
 from loraplane.admission.checks.safetensors import TensorInfo
 from loraplane.admission.checks.tensors import check_tensors, parse_name
 from loraplane.admission.problems import TENSOR_DTYPE, TENSOR_NAME, TENSOR_SHAPE, codes_of
-from loraplane.admission.synth import lora_name
 from loraplane.shared.catalogue import BaseModelSpec
+from tests.support.synth import lora_name
 
 QV = ("q_proj", "v_proj")
 ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -8,7 +8,6 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from loraplane.cache_manager import eventgen as ev
 from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.grpc_api import CacheManagerApi
 from loraplane.cache_manager.messages import build_command
@@ -19,6 +18,7 @@ from loraplane.policy.factory import make_policy
 from loraplane.shared.grpcutil import Service, build_server
 from loraplane.shared.metrics import RpcMetrics
 from loraplane.v1 import cache_pb2, cache_pb2_grpc, common_pb2
+from tests.support import eventgen as ev
 
 T0 = 1_800_000_000.0
 A, B = ev.ref("a"), ev.ref("b")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loraplane.cache_manager import eventgen as ev
 from loraplane.cache_manager.core import CacheCore, RoundResult
 from loraplane.cache_manager.messages import build_command
 from loraplane.cache_manager.model import CommandKind, Ref, Tier
@@ -14,6 +13,7 @@ from loraplane.policy.online import OnlineContext, OnlinePolicy
 from loraplane.policy.plan import Action, ActionKind, Plan, Reason
 from loraplane.policy.snapshot import Snapshot
 from loraplane.v1 import common_pb2, events_pb2
+from tests.support import eventgen as ev
 
 T0 = 1_800_000_000.0
 A, B, C = ev.ref("a"), ev.ref("b"), ev.ref("c")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from loraplane.cache_manager import eventgen as ev
 from loraplane.cache_manager.model import Status, Tier
 from loraplane.cache_manager.state import State
 from loraplane.v1 import common_pb2, events_pb2
+from tests.support import eventgen as ev
 
 T0 = 1_800_000_000.0
 A = ev.ref("support")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loraplane.cache_manager import eventgen as ev
 from loraplane.cache_manager.core import CacheCore, RoundResult
 from loraplane.cache_manager.messages import build_command
 from loraplane.cache_manager.model import CommandKind, Tier
@@ -12,6 +11,7 @@ from loraplane.cache_manager.rules import rules_from_mapping
 from loraplane.policy.config import load_config
 from loraplane.policy.factory import make_policy
 from loraplane.v1 import common_pb2
+from tests.support import eventgen as ev
 
 REPO = Path(__file__).resolve().parents[3]
 T0 = 1_800_000_000.0

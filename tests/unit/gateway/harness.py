@@ -12,13 +12,13 @@ from prometheus_client import CollectorRegistry
 from loraplane.gateway.app import build_gateway
 from loraplane.gateway.auth import key_hash
 from loraplane.gateway.budget import BudgetConfig
-from loraplane.gateway.echo_worker import EchoWorker, serve_echo_worker
 from loraplane.gateway.grpc_api import build_grpc_server
 from loraplane.gateway.metrics import GatewayMetrics
 from loraplane.gateway.service import Gateway
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.shared.grpcutil import GrpcServer
 from loraplane.v1 import inference_pb2_grpc
+from tests.support.echo_worker import EchoWorker, serve_echo_worker
 
 from . import events as ev
 from .test_emit import Recorder

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loraplane.gateway.bench import main
+from benchmarks.gateway import main
 
 REQUIRED = ("direct_p50_ms", "proxy_p50_ms", "gateway_p50_ms", "direct_p99_ms",
             "proxy_p99_ms", "gateway_p99_ms", "ratio_p50", "gateway_rps")

@@ -9,9 +9,9 @@ import pytest
 
 from loraplane.gateway.auth import Principal
 from loraplane.gateway.budget import BudgetConfig, ClassBudget, ColdPolicy
-from loraplane.gateway.echo_worker import EchoWorker
 from loraplane.shared.errors import LoraplaneError
 from loraplane.v1 import common_pb2, inference_pb2, worker_pb2
+from tests.support.echo_worker import EchoWorker
 
 from .harness import Harness, harness
 

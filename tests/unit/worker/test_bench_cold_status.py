@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loraplane.worker.bench_cold import TARGET_RATIO, size_status
+from benchmarks.cold import TARGET_RATIO, size_status
 
 
 def test_met_missed_and_unreachable() -> None:

@@ -1,6 +1,6 @@
 """Admission benchmark: verification throughput beside raw sha256 of the same bytes.
 
-``python -m loraplane.admission.bench`` (what ``make bench-admission`` runs):
+``python -m benchmarks.admission`` (what ``make bench-admission`` runs):
 
 1. builds (once, cached under ``.loraplane/bench/admission-adapter``) a realistically
    sized signed adapter — rank 16, all seven linear projections of a Llama-7B-shaped
@@ -42,12 +42,12 @@ from typing import Any
 from loraplane.admission.checks.files import SizeLimits
 from loraplane.admission.claim import ReleaseClaim
 from loraplane.admission.pipeline import CheckContext, check_quarantined
-from loraplane.admission.synth import llama_shape_spec, write_adapter
 from loraplane.admission.trust import TrustStore
 from loraplane.shared.catalogue import Catalogue
 from loraplane.shared.signing import sign_directory
+from tests.support.synth import llama_shape_spec, write_adapter
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO_ROOT / ".loraplane" / "bench"
 RESULT_PATH = BENCH_DIR / "admission.json"
 TARGET_RATIO = 0.8

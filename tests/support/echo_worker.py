@@ -1,7 +1,7 @@
 """A stand-in ``WorkerInternal`` server that streams fixed tokens (no engine).
 
 Used by the gateway's tests and, when the worker's null engine is not available,
-by ``python -m loraplane.gateway.bench``. It behaves like a worker on the wire:
+by ``python -m benchmarks.gateway``. It behaves like a worker on the wire:
 the first message carries ``resolved.tier_at_arrival`` (HOT when the version is
 in its hot set, else it "loads" it for ``load_ms`` and reports the tier it came
 from), then ``max_tokens`` text deltas (``tok0 tok1 …``) for each of the ``n`` choices (by

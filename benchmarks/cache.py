@@ -1,6 +1,6 @@
 """Cache-manager benchmark: decision latency and heat-event throughput.
 
-``python -m loraplane.cache_manager.bench [--quick] [--no-stack] [--out FILE]``
+``python -m benchmarks.cache [--quick] [--no-stack] [--out FILE]``
 
 In process (pure decision core, no I/O):
 
@@ -34,7 +34,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from loraplane.cache_manager import eventgen as ev
 from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.kafka_io import EventSource
 from loraplane.cache_manager.messages import build_command
@@ -46,6 +45,7 @@ from loraplane.shared import topics
 from loraplane.shared.codec import decode, encode
 from loraplane.shared.settings import CommonSettings
 from loraplane.v1 import common_pb2
+from tests.support import eventgen as ev
 
 OUT = Path(".loraplane/bench/cache.json")
 
@@ -174,7 +174,7 @@ async def _caught_up(m: Any, quiet_s: float = 1.5, timeout_s: float = 600.0) -> 
 async def bench_e2e(settings: CommonSettings, bursts: int, backlog: int, per_batch: int
                     ) -> dict[str, Any]:
     """A real manager process on the stack: decision latency and heat throughput."""
-    from loraplane.cache_manager.testing import Bus, Heartbeat, Launcher, Registry, Responder
+    from tests.support.cache_manager import Bus, Heartbeat, Launcher, Registry, Responder
 
     tag = uuid.uuid4().hex[:8]
     tenant = f"bench-{tag}"

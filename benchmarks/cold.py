@@ -1,7 +1,7 @@
 """Cold-path benchmark: object store → verified → registered with the engine, beside raw
 object-store GET + sha256 of the same bytes, measured in one run.
 
-``python -m loraplane.worker.bench_cold`` (what ``make bench-cold`` runs):
+``python -m benchmarks.cold`` (what ``make bench-cold`` runs):
 
 1. starts a private SeaweedFS (S3) for the run, unless ``--s3-endpoint`` points at one;
 2. builds (once, cached under ``.loraplane/bench/cold``) a wider Llama base model
@@ -66,7 +66,7 @@ SEED = 20261129
 
 
 def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 @dataclass

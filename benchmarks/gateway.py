@@ -1,4 +1,4 @@
-"""``python -m loraplane.gateway.bench`` (``make bench-gateway``): the gateway's overhead.
+"""``python -m benchmarks.gateway`` (``make bench-gateway``): the gateway's overhead.
 
 Three ways to reach the same worker, measured side by side in one run, in
 interleaved rounds (direct, proxy, gateway, direct, …) so machine noise hits all
@@ -27,7 +27,7 @@ writes into a temporary directory object store and loads HOT through the worker'
 command path (a ``LoadAdapter`` cache command: fetch, signature and digest checks,
 registration); every request then carries that version's real engine id, digest and
 rank. ``--worker echo`` swaps in the echo worker of
-:mod:`loraplane.gateway.echo_worker` (a bare ``WorkerInternal`` server without the
+:mod:`tests.support.echo_worker` (a bare ``WorkerInternal`` server without the
 worker service). The JSON's ``worker`` / ``worker_kind`` say which worker was used.
 
 CPU: ``<target>_cpu_us_per_request`` is the measured process's (the worker for direct,
@@ -171,7 +171,7 @@ Stop = Callable[[], Any]
 
 async def _start_echo_worker() -> tuple[str, int, Version, Stop]:
     """``--worker echo``: the echo worker (fixed tokens; no worker service, no engine)."""
-    from loraplane.gateway.echo_worker import EchoWorker, serve_echo_worker
+    from tests.support.echo_worker import EchoWorker, serve_echo_worker
 
     worker = EchoWorker(worker_id=WORKER_ID, base_models=(BASE_MODEL,), hot={ENGINE_ID},
                         record=False)

@@ -1,6 +1,6 @@
 """Register → event published latency of the registry on a running stack.
 
-``python -m loraplane.registry.bench [--count N] [--concurrency C] [--out FILE]``
+``python -m benchmarks.registry [--count N] [--concurrency C] [--out FILE]``
 
 Starts a registry process (``python -m loraplane.registry``: gRPC on a free port, its own
 topic namespace so nothing else consumes the events), registers ``N`` versions through
@@ -38,14 +38,14 @@ import asyncpg
 import grpc
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from loraplane.registry.testing import record
 from loraplane.shared.codec import decode_as
 from loraplane.shared.outbox import ensure_topics
 from loraplane.shared.settings import CommonSettings
 from loraplane.shared.topics import ADAPTER_RELEASES, TOPICS
 from loraplane.v1 import events_pb2, registry_pb2, registry_pb2_grpc
+from tests.support.registry import record
 
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / ".loraplane" / "bench" / "registry.json"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / ".loraplane" / "bench" / "registry.json"
 
 
 def percentiles(values: list[float]) -> dict[str, float]:

@@ -407,7 +407,7 @@ class Heartbeat:
     """
 
     def __init__(self, bus: Bus, spec: object, interval_s: float = 1.0) -> None:
-        from loraplane.cache_manager import eventgen
+        from tests.support import eventgen
 
         self._ev = eventgen
         self.bus = bus
@@ -439,13 +439,13 @@ class Heartbeat:
 class Responder:
     """Answers the commands addressed to some workers the way a worker reports them.
 
-    It edits the workers' :class:`~loraplane.cache_manager.eventgen.WorkerSpec` (so their
+    It edits the workers' :class:`~tests.support.eventgen.WorkerSpec` (so their
     :class:`Heartbeat` snapshots agree) and publishes ``AdapterLoaded`` / ``AdapterEvicted``.
     It loads nothing: real workers are exercised in ``test_real_workers.py``.
     """
 
     def __init__(self, bus: Bus, *workers: object) -> None:
-        from loraplane.cache_manager import eventgen
+        from tests.support import eventgen
 
         self._ev = eventgen
         self.bus = bus
