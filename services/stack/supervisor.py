@@ -216,6 +216,9 @@ class Supervisor:
         self.env = service_env(settings)
         self.procs: list[ServiceProcess] = []
         self._stop = threading.Event()
+        self._checking = threading.Lock()
+        """Held during one component's check (``stop`` waits for it: a check that found a
+        component just stopped must not restart it behind ``stop``'s back)."""
         self.registry = CollectorRegistry()
         self.up_gauge = Gauge("loraplane_component_up", "1 when the component is healthy",
                               ["component"], registry=self.registry)
@@ -287,9 +290,10 @@ class Supervisor:
     def check_once(self) -> None:
         """One pass of the restart policy over every component and service."""
         for comp in [*self.stack.components, *self.procs]:
-            if self._stop.is_set():
-                return
-            self._check(comp, time.monotonic())
+            with self._checking:
+                if self._stop.is_set():
+                    return
+                self._check(comp, time.monotonic())
 
     def _check(self, comp: Component, now: float) -> None:
         r = self._restarts.setdefault(comp.name, _Restarts())
@@ -326,7 +330,7 @@ class Supervisor:
                 r.unhealthy_since = now
             if now - r.unhealthy_since < s.restart_unhealthy_s:
                 return
-        if now < r.next_at:
+        if now < r.next_at or self._stop.is_set():  # (stopping: it may be stop's doing)
             return
         r.unhealthy_since = None
         self.echo(f"warning: {comp.name} is unhealthy ({h.detail}); restarting "
@@ -358,6 +362,9 @@ class Supervisor:
         tmp.replace(path)
 
     def stop(self) -> None:
+        self._stop.set()  # no restart from here on (a watch thread finishes its check)
+        with self._checking:
+            pass
         self.echo("stopping")
         for proc in reversed(self.procs):
             proc.stop()

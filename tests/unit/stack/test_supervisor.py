@@ -240,3 +240,36 @@ def test_a_launch_that_fails_is_retried_after_the_backoff_and_not_counted(
     assert len(attempts) == 1
     sup._check(comp, 1.0)
     assert len(attempts) == 2 and read_restarts(settings) == {"svc-worker-1": 1}
+
+
+def test_stop_waits_for_a_check_in_progress_and_nothing_restarts_after(
+    settings: StackSettings,
+) -> None:
+    import threading
+
+    comp = FakeComponent(settings, "tansu")
+    entered, release = threading.Event(), threading.Event()
+    slow = comp.health
+
+    def blocking_health() -> Health:
+        entered.set()
+        release.wait(5)
+        return slow()
+
+    comp.health = blocking_health  # type: ignore[method-assign]
+    sup = _supervisor(settings, [comp])
+    sup.stack.down = lambda: None  # type: ignore[attr-defined]
+    checker = threading.Thread(target=sup.check_once)
+    checker.start()
+    assert entered.wait(5)
+    stopped = threading.Event()
+    stopper = threading.Thread(target=lambda: (sup.stop(), stopped.set()))
+    stopper.start()
+    assert not stopped.wait(0.3)  # stop waits for the check under way
+    comp.alive, comp.pid_value = False, None  # stop took the component down meanwhile
+    release.set()
+    checker.join(5)
+    stopper.join(5)
+    assert stopped.is_set()
+    sup.check_once()  # a later pass of the watch loop
+    assert comp.launches == 0  # nothing restarted once stop had begun
