@@ -185,9 +185,9 @@ async def measure(
     """Run the benchmark against the S3 endpoint ``s3``; returns one result per size."""
     from minio import Minio
 
-    from loraplane.devkit.engine import EngineOptions
     from loraplane.devkit.keys import write_dev_keys
     from loraplane.shared.signing import compute_manifest_digest
+    from loraplane.worker.engine_start import EngineOptions
     from loraplane.worker.vllm_engine import VllmEngine
 
     endpoint, access, secret = s3

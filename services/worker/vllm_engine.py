@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loraplane.devkit.engine import EngineOptions, shutdown_engine, start_engine
 from loraplane.worker.engine import (
     EngineAdapter,
     EngineChunk,
@@ -25,6 +24,7 @@ from loraplane.worker.engine import (
     Sampling,
     TokenLogprob,
 )
+from loraplane.worker.engine_start import EngineOptions, shutdown_engine, start_engine
 from loraplane.worker.errors import BadRequest, EngineBusy, EngineDead, EngineFailure
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def _logprobs(completion: Any, k: int | None) -> tuple[TokenLogprob, ...]:
 class VllmEngine:
     """:class:`~loraplane.worker.engine.Engine` on vLLM's ``AsyncLLM``.
 
-    Engine arguments and start-up come from :mod:`loraplane.devkit.engine` (shared with
+    Engine arguments and start-up come from :mod:`loraplane.worker.engine_start` (shared with
     the vLLM smoke test).
     """
 
