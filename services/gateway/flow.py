@@ -15,13 +15,16 @@ readings):
    overtaken only by requests that arrived at most ``(band - their band) *
    age_step_s`` after it (at most 11 s for bronze background with the default 1 s step);
    whatever arrives later is served after it.
-2. *Headroom* — a band may only fill the worker up to its cap: platinum interactive up
-   to the limit, other interactive up to ``limit - platinum_reserve``, canary and
-   background up to ``limit - platinum_reserve - interactive_reserve``. So a flood of
-   lower bands always leaves slots for the bands above it, and an interactive request
-   never waits behind a 64-token background request to finish (the engine cannot
-   preempt a running one for compute). When the aged head of the line is a band over
-   its cap, nothing else is admitted until it fits (that is what bounds the overtaking).
+2. *Headroom* — room groups: canary and background together may hold at most
+   ``limit - platinum_reserve - interactive_reserve`` slots of a worker; non-platinum
+   interactive plus those at most ``limit - platinum_reserve``; platinum interactive up to
+   the limit. So a flood of lower bands always leaves slots for the bands above it (an
+   interactive request never waits for a 64-token background request to finish: the
+   engine cannot preempt a running one for compute), and background keeps its own slots
+   under any interactive load. The first band in turn order that fits is served: a flood
+   at its cap never delays the bands above it, and a band whose turn has come but does
+   not fit waits for a room that every band after it in its group needs too, so it gets
+   the next slot that room frees (nothing starves).
 3. *Tenant* — deficit round robin within the band: each tenant with waiters gets a
    quantum of ``quantum_tokens * weight`` tokens per round (weight by tenant tier:
    platinum 8, gold 4, silver 2, bronze 1), a request costs its ``max_tokens``; FIFO
@@ -41,7 +44,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -119,13 +122,11 @@ class FlowConfig(BaseModel):
         return self
 
     def cap(self, band_: int) -> int:
-        """Most requests in flight on a worker with which a request of ``band_`` is admitted."""
+        """Most requests of ``band_``'s room group and worse groups in flight on a worker
+        with which a request of ``band_`` is still admitted (see :func:`room_group`)."""
         limit = self.max_in_flight_per_worker
-        if band_ == 0:
-            return limit
-        if band_ < PRIORITIES_PER_CLASS:
-            return limit - self.platinum_reserve
-        return limit - self.platinum_reserve - self.interactive_reserve
+        return (limit, limit - self.platinum_reserve,
+                limit - self.platinum_reserve - self.interactive_reserve)[room_group(band_)]
 
     def weight(self, priority: int) -> int:
         """Fair-share weight of a tenant of ``priority``."""
@@ -134,6 +135,16 @@ class FlowConfig(BaseModel):
     def wait_limit_s(self, request_class: int) -> float:
         """Longest wait in the queue of a request of ``request_class``."""
         return self.max_wait_s[class_name(request_class)]
+
+
+ROOM_GROUP_START = (0, 1, PRIORITIES_PER_CLASS)
+"""First band of each room group: 0 platinum interactive, 1 other interactive, 2 canary
+and background."""
+
+
+def room_group(band_: int) -> int:
+    """Room group of a band (0 platinum interactive, 1 other interactive, 2 the rest)."""
+    return 0 if band_ == 0 else 1 if band_ < PRIORITIES_PER_CLASS else 2
 
 
 def class_name(request_class: int) -> str:
@@ -255,28 +266,43 @@ class FlowQueue(Generic[T]):
             return True
         return False
 
-    def head_band(self) -> int | None:
-        """The band whose turn it is, if any: the smallest aged key of the waiter each band
-        would serve next (its fair-share choice)."""
-        best: tuple[float, int] | None = None
+    def _turns(self) -> list[int]:
+        """Bands with waiters, in turn order: the aged key of the waiter each band would
+        serve next (its fair-share choice), smallest first."""
+        keyed = []
         for i, b in enumerate(self._bands):
             if b.queues:
                 nxt = b.peek(self.config.quantum_tokens)
-                key = (aged_key(i, nxt.enqueued_at, self.config.age_step_s), i)
-                if best is None or key < best:
-                    best = key
-        return None if best is None else best[1]
+                keyed.append((aged_key(i, nxt.enqueued_at, self.config.age_step_s), i))
+        return [i for _, i in sorted(keyed)]
 
-    def pop_next(self, in_flight: int) -> Waiter[T] | None:
-        """The waiter to admit now with ``in_flight`` requests running on the worker, taken
-        out of the queue; None when the band whose turn it is has no room (or no waiter)."""
-        head = self.head_band()
-        if head is None:
-            return None
-        if self.config.max_in_flight_per_worker and in_flight >= self.config.cap(head):
-            return None
-        self._len -= 1
-        return self._bands[head].pop(self.config.quantum_tokens)
+    def head_band(self) -> int | None:
+        """The band whose turn it is, if any."""
+        turns = self._turns()
+        return turns[0] if turns else None
+
+    def fits(self, band_: int, running: Sequence[int]) -> bool:
+        """Whether a request of ``band_`` may start with ``running[b]`` requests of each band
+        ``b`` in flight: for its room group and every better one, the requests of that group
+        and worse groups are fewer than the group's cap (so the platinum group's cap is the
+        worker's limit, and every reserve stays free of worse groups)."""
+        if not self.config.max_in_flight_per_worker:
+            return True
+        return all(sum(running[ROOM_GROUP_START[h]:]) < self.config.cap(ROOM_GROUP_START[h])
+                   for h in range(room_group(band_) + 1))
+
+    def pop_next(self, running: Sequence[int]) -> Waiter[T] | None:
+        """The waiter to admit now (taken out of the queue): the first band in turn order
+        that :meth:`fits`; None when none does.
+
+        No starvation: a band whose turn it is but does not fit is kept out by a room it
+        shares with every band after it in the same or a worse group, so none of those
+        fits either; the next request to end frees that room and it is served first."""
+        for b in self._turns():
+            if self.fits(b, running):
+                self._len -= 1
+                return self._bands[b].pop(self.config.quantum_tokens)
+        return None
 
 
 # --------------------------------------------------------------------------- asyncio side
@@ -317,18 +343,24 @@ class FlowMetrics(PerRegistry):
 @dataclass
 class _WorkerFlow:
     queue: FlowQueue[asyncio.Future[float]]
-    in_flight: int = 0
+    running: list[int] = field(default_factory=lambda: [0] * BANDS)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.running)
 
 
 class Permit:
     """A request's slot on a worker; :meth:`release` it when the stream ends."""
 
-    __slots__ = ("_done", "_flow", "_worker", "admitted_at", "klass", "tenant", "waited_s")
+    __slots__ = ("_done", "_flow", "_worker", "admitted_at", "band", "klass", "tenant",
+                 "waited_s")
 
-    def __init__(self, flow: FlowController, worker: str, tenant: str, klass: str,
+    def __init__(self, flow: FlowController, worker: str, band_: int, tenant: str, klass: str,
                  admitted_at: float, waited_s: float) -> None:
         self._flow = flow
         self._worker = worker
+        self.band = band_
         self.tenant = tenant
         self.klass = klass
         self.admitted_at = admitted_at
@@ -381,8 +413,9 @@ class FlowController:
     ) -> Permit:
         """Wait for a slot on ``worker_id`` (raises :class:`QueueWaitExceeded`)."""
         klass = class_name(request_class)
+        b = band(request_class, priority)
         if not self.config.max_in_flight_per_worker:
-            return Permit(self, worker_id, tenant, klass, self._now(), 0.0)
+            return Permit(self, worker_id, b, tenant, klass, self._now(), 0.0)
         wf = self._worker(worker_id)
         arrived = self._now()
         fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
@@ -398,7 +431,7 @@ class FlowController:
                 await asyncio.wait({fut}, timeout=limit)
             except asyncio.CancelledError:
                 if not wf.queue.remove(waiter) and fut.done():
-                    wf.in_flight -= 1  # admitted as the caller left: give the slot back
+                    wf.running[b] -= 1  # admitted as the caller left: give the slot back
                     self._dispatch(wf)
                 elif depth is not None:
                     depth.dec()
@@ -420,14 +453,14 @@ class FlowController:
         waited = admitted_at - arrived
         if self.metrics is not None:
             self.metrics.wait.labels(tenant, klass).observe(waited)
-        return Permit(self, worker_id, tenant, klass, admitted_at, waited)
+        return Permit(self, worker_id, b, tenant, klass, admitted_at, waited)
 
     def _dispatch(self, wf: _WorkerFlow) -> None:
         while True:
-            w = wf.queue.pop_next(wf.in_flight)
+            w = wf.queue.pop_next(wf.running)
             if w is None:
                 return
-            wf.in_flight += 1
+            wf.running[w.band] += 1
             if self.metrics is not None:
                 self.metrics.depth.labels(w.tenant, w.klass).dec()
             w.payload.set_result(self._now())
@@ -440,5 +473,5 @@ class FlowController:
         if not self.config.max_in_flight_per_worker:
             return
         wf = self._worker(permit._worker)
-        wf.in_flight = max(0, wf.in_flight - 1)
+        wf.running[permit.band] = max(0, wf.running[permit.band] - 1)
         self._dispatch(wf)

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from loraplane.gateway.flow import FlowConfig, FlowController, FlowQueue, QueueWaitExceeded
-from loraplane.shared.ordering import aged_key, band, overtaking_bound_s
+from loraplane.shared.ordering import BANDS, aged_key, band, overtaking_bound_s
 from loraplane.v1 import common_pb2 as c
 
 INTERACTIVE = c.REQUEST_CLASS_INTERACTIVE
@@ -36,11 +36,25 @@ def _queue(**kw: object) -> FlowQueue[str]:
     return FlowQueue(FlowConfig(**kw))  # type: ignore[arg-type]
 
 
-def _drain(q: FlowQueue[str], in_flight: int = 0) -> list[str]:
+def _idle() -> list[int]:
+    return [0] * BANDS
+
+
+def _drain(q: FlowQueue[str]) -> list[str]:
+    """Everything, in service order, on a worker with nothing running (no limit set)."""
     out = []
-    while (w := q.pop_next(in_flight)) is not None:
+    while (w := q.pop_next(_idle())) is not None:
         out.append(w.payload)
     return out
+
+
+def _admit_all(q: FlowQueue[str], running: list[int]) -> list[str]:
+    """Admit while anything may be; ``running`` counts the admitted by band."""
+    got = []
+    while (w := q.pop_next(running)) is not None:
+        running[w.band] += 1
+        got.append(w.payload)
+    return got
 
 
 def test_interactive_before_background_and_gold_before_silver() -> None:
@@ -76,7 +90,9 @@ def test_no_starvation_under_saturating_interactive_load() -> None:
         overtaking_bound_s(band(INTERACTIVE, GOLD), cfg.age_step_s))
     q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64, now=0.0,
            payload=-1.0)
-    in_flight = 4
+    running = _idle()
+    running[band(INTERACTIVE, GOLD)] = 4
+    ib = band(INTERACTIVE, GOLD)
     before_bg: list[float] = []
     admitted_bg_at = None
     for step in range(1000):  # every 50 ms: two interactive arrive, one running one ends
@@ -84,9 +100,9 @@ def test_no_starvation_under_saturating_interactive_load() -> None:
         for j in range(2):
             q.push(tenant=f"t{j}", request_class=INTERACTIVE, priority=GOLD, cost=8, now=now,
                    payload=now)
-        in_flight -= 1
-        while (w := q.pop_next(in_flight)) is not None:
-            in_flight += 1
+        running[ib] -= 1  # one interactive request ends
+        while (w := q.pop_next(running)) is not None:
+            running[w.band] += 1
             if w.payload < 0:
                 admitted_bg_at = now
             elif admitted_bg_at is None:
@@ -103,24 +119,85 @@ def test_headroom_keeps_slots_for_interactive_and_platinum() -> None:
     for i in range(48):
         q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64,
                now=i * 0.001, payload=f"bg{i}")
-    in_flight = 0
-    while q.pop_next(in_flight) is not None:
-        in_flight += 1
-    assert in_flight == 4  # background fills up to limit - both reserves, no more
+    running = _idle()
+    _admit_all(q, running)
+    assert sum(running) == 4  # background fills up to limit - both reserves, no more
     q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=0.1,
            payload="gold")
     q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=0.1,
            payload="gold2")
     q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=0.1,
            payload="gold3")
-    got = []
-    while (w := q.pop_next(in_flight)) is not None:
-        in_flight += 1
-        got.append(w.payload)
-    assert got == ["gold", "gold2"]  # interactive up to limit - platinum_reserve
+    assert _admit_all(q, running) == ["gold", "gold2"]  # up to limit - platinum_reserve
     q.push(tenant="p", request_class=INTERACTIVE, priority=PLATINUM, cost=8, now=0.2,
            payload="plat")
-    assert q.pop_next(in_flight).payload == "plat"  # type: ignore[union-attr]
+    assert _admit_all(q, running) == ["plat"]
+
+
+def test_an_aged_band_full_of_its_own_requests_does_not_hold_the_line() -> None:
+    """globex's background waiters have aged past gold interactive, but background is at
+    its cap with its own requests: holding the line could not help it, so acme's
+    interactive request is admitted at once (the quiet tenant never waits)."""
+    cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
+                     age_step_s=0.5)
+    q: FlowQueue[str] = FlowQueue(cfg)
+    running = _idle()
+    running[band(BACKGROUND, SILVER)] = 4
+    running[band(INTERACTIVE, GOLD)] = 1
+    q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64, now=0.0,
+           payload="old-bg")
+    q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=20.0,
+           payload="acme")
+    assert q.head_band() == band(BACKGROUND, SILVER)  # its turn by age ...
+    assert _admit_all(q, running) == ["acme"]  # ... but the gold request takes its own room
+    running[band(BACKGROUND, SILVER)] -= 1
+    assert _admit_all(q, running) == ["old-bg"]
+
+
+def test_an_aged_band_kept_out_by_better_bands_of_its_group_is_served_first() -> None:
+    """Gold background fills the background room; an old bronze background request's turn
+    has come: newer gold background requests no longer overtake it, while interactive
+    requests (slots it could not use) still go on."""
+    cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
+                     age_step_s=0.5)
+    q: FlowQueue[str] = FlowQueue(cfg)
+    running = _idle()
+    running[band(BACKGROUND, GOLD)] = 4
+    q.push(tenant="old", request_class=BACKGROUND, priority=BRONZE, cost=64, now=0.0,
+           payload="old-bronze-bg")
+    q.push(tenant="new", request_class=BACKGROUND, priority=GOLD, cost=64, now=20.0,
+           payload="new-gold-bg")
+    q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=20.0,
+           payload="acme")
+    assert _admit_all(q, running) == ["acme"]
+    running[band(BACKGROUND, GOLD)] -= 1
+    assert _admit_all(q, running) == ["old-bronze-bg"]
+    running[band(BACKGROUND, GOLD)] -= 1
+    assert _admit_all(q, running) == ["new-gold-bg"]
+
+
+def test_saturating_gold_interactive_load_gives_way_to_aged_background() -> None:
+    """Gold interactive fills ``limit - platinum_reserve``; once a background request's turn
+    has come (9 s of head start with a 1 s step) newer interactive requests wait until it
+    is in; the platinum reserve stays free throughout."""
+    cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2)
+    q: FlowQueue[str] = FlowQueue(cfg)
+    running = _idle()
+    running[band(INTERACTIVE, GOLD)] = 6
+    q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64, now=0.0,
+           payload="bg")
+    for t in (9.5, 9.6):
+        q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=t,
+               payload=f"acme@{t}")
+    assert q.head_band() == band(BACKGROUND, SILVER)  # its turn by age, but no room:
+    assert _admit_all(q, running) == []  # the newer gold requests need that room too
+    running[band(INTERACTIVE, GOLD)] = 5
+    assert _admit_all(q, running) == ["bg"]  # the freed slot goes to the aged request
+    running[band(INTERACTIVE, GOLD)] = 4
+    assert _admit_all(q, running) == ["acme@9.5"]
+    q.push(tenant="p", request_class=INTERACTIVE, priority=PLATINUM, cost=8, now=9.7,
+           payload="plat")
+    assert _admit_all(q, running) == ["plat"]  # the platinum reserve stayed free
 
 
 def test_fair_share_drr_between_tenants_of_a_band() -> None:
@@ -138,7 +215,7 @@ def test_fair_share_drr_between_tenants_of_a_band() -> None:
 
 
 def _drain_n(q: FlowQueue[str], n: int) -> list[str]:
-    return [q.pop_next(0).payload for _ in range(n)]  # type: ignore[union-attr]
+    return [q.pop_next(_idle()).payload for _ in range(n)]  # type: ignore[union-attr]
 
 
 def test_fair_share_by_tokens_and_weight() -> None:
