@@ -94,14 +94,14 @@ MAX_STOP_STRINGS = 16
 """Stop strings a request may carry."""
 MAX_REQUEST_KEY_CHARS = 256
 """Longest request key (sticky canary split)."""
-
-
 MAX_CHOICES = 16
 """Largest ``n`` (the worker's limit too)."""
 MAX_LOGPROBS = 20
 """Largest ``logprobs`` (the worker's limit too: vLLM's default ``max_logprobs``)."""
 MAX_LOGIT_BIAS = 300
 """Most ``logit_bias`` entries of one request."""
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Request limits and defaults of the request path."""
@@ -165,8 +165,6 @@ def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[
         if math.isnan(value):
             problems.append("temperature and top_p must be numbers")
             break
-    return problems
-
     if not 0 <= req.n <= MAX_CHOICES:
         problems.append(f"n must be within 1..{MAX_CHOICES}")
     if req.n > 1 and req.HasField("temperature") and req.temperature == 0:
@@ -184,6 +182,8 @@ def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[
     ):
         problems.append(f"logit_bias takes at most {MAX_LOGIT_BIAS} token ids >= 0, each with "
                         "a bias within -100..100")
+    return problems
+
 
 def new_request_id() -> str:
     """A fresh request id: a random UUID (version 4) as 32 hex digits, like
