@@ -68,6 +68,7 @@ def families() -> dict[str, Family]:
     """Every family of every service, keyed by name."""
     from loraplane.admission.metrics import AdmissionMetrics
     from loraplane.cache_manager.metrics import CacheMetrics, StateCollector
+    from loraplane.gateway.flow import FlowMetrics
     from loraplane.gateway.metrics import GatewayMetrics
     from loraplane.registry.metrics import RegistryMetrics
     from loraplane.shared.metrics import RpcMetrics
@@ -81,8 +82,8 @@ def families() -> dict[str, Family]:
         assert old is None or old == f, f"{f.name} defined twice differently: {old} / {f}"
         out[f.name] = f
 
-    for cls in (AdmissionMetrics, CacheMetrics, GatewayMetrics, RegistryMetrics, RpcMetrics,
-                OutboxMetrics, WorkerMetrics):
+    for cls in (AdmissionMetrics, CacheMetrics, FlowMetrics, GatewayMetrics, RegistryMetrics,
+                RpcMetrics, OutboxMetrics, WorkerMetrics):
         registry = CollectorRegistry()
         inst = cls(registry)
         for m in _metric_objects(inst):
