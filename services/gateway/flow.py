@@ -338,6 +338,11 @@ class FlowMetrics(PerRegistry):
             "slot (share of worker time: rate over the sum of rates).", ["tenant", "class"],
             registry=registry,
         )
+        self.quota_refused = Counter(
+            "loraplane_gateway_quota_refused", "Requests refused (429) because the tenant "
+            "was over a quota, by quota (max_in_flight, tokens_per_s).", ["tenant", "quota"],
+            registry=registry,
+        )
 
 
 @dataclass
