@@ -180,6 +180,23 @@ class AdaptiveConfig:
     """A protected HOT version keeps its pinned slot while idle for fewer than this many
     requests per slot of its group (and less than ``demote.idle_minutes``): a pin protects a
     live stream, not a one-off request of a protected tenant."""
+    session_gap_per_slot: float = 2.0
+    """A request that comes after more than this many requests per HOT slot of the cluster
+    without one for its version opens a new *session* of that version (a return after it left
+    HOT): the reuse WARM expert values a version by its sessions, not its raw count."""
+    reuse_count_weight: float = 0.1
+    """Weight of the raw request count beside the sessions in the reuse WARM expert's value."""
+    tail_load_s: float = 1.0
+    """A latency-sensitive (interactive or canary) request whose version would load from COLD
+    in this many seconds or more lands in the TTFT tail (a 168 MB adapter at the default
+    bandwidths: 1.1 s, ~3.7 x the 300 ms interactive TTFT budget)."""
+    tail_weight: float = 3.0
+    """The reuse WARM expert counts a reuse that would otherwise be such a tail event this many
+    times more (1 + tail_weight)."""
+    tenant_weight: float = 0.5
+    """A request of a tenant refreshes the reuse WARM value of the tenant's other versions at
+    this share of their value (a tenant that is back tends to use its other adapters too;
+    0: off)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,9 +417,13 @@ def _adaptive(problems: list[str], raw: Any) -> AdaptiveConfig:
     if "enabled" in d:
         kwargs["enabled"] = _boolean(problems, "adaptive.enabled", d["enabled"])
     for key in ("hot_tau_per_slot", "warm_tau_per_slot", "expert_window_per_slot",
-                "warm_expert_window_per_slot", "pin_idle_per_slot", "warm_switch_margin"):
+                "warm_expert_window_per_slot", "pin_idle_per_slot", "warm_switch_margin",
+                "session_gap_per_slot", "tail_load_s"):
         if key in d:
             kwargs[key] = _positive(problems, f"adaptive.{key}", d[key])
+    for key in ("reuse_count_weight", "tail_weight", "tenant_weight"):
+        if key in d:
+            kwargs[key] = _number(problems, f"adaptive.{key}", d[key], lo=0.0)
     return AdaptiveConfig(**kwargs)
 
 

@@ -56,6 +56,8 @@ class OnlineContext:
     """1 when the requested version is an active canary at that time."""
     bandwidths: Bandwidths = field(default_factory=Bandwidths)
     """Load-path constants of the simulated cost model."""
+    tenants: Sequence[int] = ()
+    """Tenant (interned) of each version (empty: unknown)."""
 
     def next_use(self) -> list[int]:
         """For each request, the index of the next request of the same version (n if none)."""

@@ -78,6 +78,10 @@ class Trace:
         """Distinct versions in the trace."""
         return len(self.version_ids)
 
+    def _tenant_codes(self) -> list[int]:
+        codes: dict[str, int] = {}
+        return [codes.setdefault(t, len(codes)) for t in self.version_tenant]
+
     def online_context(
         self, *, workers: int, gpu_slots: int, host_bytes: int, bandwidths: Bandwidths
     ) -> OnlineContext:
@@ -90,6 +94,7 @@ class Trace:
             warm_bytes=host_bytes,
             sizes=self.version_size,
             adapters=self.version_adapter,
+            tenants=self._tenant_codes(),
             versions=self.version,
             classes=self.classes,
             priorities=self.priorities,
