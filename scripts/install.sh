@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything loraplane needs on a fresh machine of this kind:
-#  - apt: Prometheus (and the PostgreSQL server when no binaries are present);
+#  - apt: Prometheus, Chromium (the placement page's headless test) and the PostgreSQL
+#    server when no binaries are present;
 #  - a Python 3.11 venv in .venv/ with the pinned packages (requirements.lock),
 #    the project installed editable, and the broken CUDA add-ons vLLM pulls removed.
 set -euo pipefail
@@ -8,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # placement page test (headless)
 if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null 2>&1; then
   need_apt+=(postgresql)
 fi

@@ -13,6 +13,8 @@ import logging
 import signal
 
 from loraplane.cache_manager.grpc_api import CacheManagerApi
+from loraplane.cache_manager.metrics import CacheMetrics
+from loraplane.cache_manager.page import create_page_app, page_server
 from loraplane.cache_manager.rules import RulesConfig, load_rules
 from loraplane.cache_manager.service import CacheManagerService
 from loraplane.cache_manager.settings import CacheManagerSettings
@@ -38,13 +40,31 @@ async def serve(
         port=settings.cache_manager_grpc_port, host=settings.cache_manager_bind,
     )
     await server.start()
+    page_task: asyncio.Task[None] | None = None
+    page = None
+    if settings.cache_manager_page_port:
+        requests = CacheMetrics.for_registry().page_requests
+        page = page_server(
+            create_page_app(lambda: service.core,
+                            token=settings.registry_operator_token.get_secret_value(),
+                            instance=settings.instance,
+                            count=lambda path, code: requests.labels(path, str(code)).inc()),
+            settings.cache_manager_bind, settings.cache_manager_page_port)
+        page_task = asyncio.create_task(page.serve())
+        while not page.started:
+            if page_task.done():
+                page_task.result()  # raises the bind error
+                raise RuntimeError(f"placement page did not start on port "
+                                   f"{settings.cache_manager_page_port}")
+            await asyncio.sleep(0.01)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    log.info("cache manager %s: gRPC on %s:%d, metrics on %d, policy %s",
+    log.info("cache manager %s: gRPC on %s:%d, metrics on %d, placement page on %s, policy %s",
              settings.instance, settings.cache_manager_bind, server.port,
-             settings.cache_manager_metrics_port, rules.policy)
+             settings.cache_manager_metrics_port,
+             settings.cache_manager_page_port or "off", rules.policy)
     try:
         while not stop.is_set():
             try:
@@ -56,6 +76,10 @@ async def serve(
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
         await service.run(stop)
     finally:
+        if page is not None and page_task is not None:
+            page.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(page_task, 5)
         await server.stop(settings.cache_manager_grace_s)
 
 

@@ -88,6 +88,11 @@ class CacheMetrics(PerRegistry):
         self.shadow = Counter("loraplane_cache_shadow_requests",
                               "Golden-set shadow requests to canaries, by result.", ["result"],
                               registry=registry)
+        self.page_requests = Counter(
+            "loraplane_cache_page_requests",
+            "Requests to the placement page, by path (page, json) and HTTP status code.",
+            ["path", "code"], registry=registry,
+        )
         self.consumer_restarts = Counter(
             "loraplane_cache_consumer_restarts",
             "Consumers recreated (error or stall after a broker loss).", registry=registry,
@@ -151,9 +156,9 @@ class StateCollector(Collector):
             workers.add_metric(["gone"], gone)
             workers.add_metric(["synced"], synced)
             pending.add_metric([], len(core.tracker))
-            versions = state.versions.copy()
+            records = state.versions.copy()
             for (vid, tier), n in state.hits.copy().items():
-                rec = versions.get(vid)
+                rec = records.get(vid)
                 if vid not in placed and (rec is None or rec.status in ENDED):
                     continue
                 adapter_id, _, version = vid.rpartition("@")

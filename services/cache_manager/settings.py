@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 
 from loraplane.shared.settings import CommonSettings
 
@@ -30,7 +30,13 @@ class CacheManagerSettings(CommonSettings):
     cache_manager_metrics_port: int = DEFAULT_METRICS_PORT
     """``LORAPLANE_CACHE_MANAGER_METRICS_PORT``: Prometheus ``/metrics`` (0 = off)."""
     cache_manager_bind: str = "127.0.0.1"
-    """Address the gRPC and metrics servers bind."""
+    """Address the gRPC, metrics and page servers bind."""
+    cache_manager_page_port: int = Field(default=0, ge=0)
+    """``LORAPLANE_CACHE_MANAGER_PAGE_PORT``: the read-only placement page (``/placement``,
+    :mod:`loraplane.cache_manager.page`); 0 = off."""
+    registry_operator_token: SecretStr = SecretStr("")
+    """``LORAPLANE_REGISTRY_OPERATOR_TOKEN``: the operators' token (the registry's), which
+    the placement page asks for; required when the page is on."""
     cache_manager_rules_file: Path | None = None
     """Business rules YAML (default ``config/cache_manager.yaml`` when present)."""
     cache_manager_consumer_group: str = "loraplane-cache-manager"
@@ -71,6 +77,10 @@ class CacheManagerSettings(CommonSettings):
     def _checks(self) -> CacheManagerSettings:
         if self.cache_manager_worker_timeout_s <= self.cache_manager_tick_s:
             raise ValueError("cache_manager_worker_timeout_s must exceed cache_manager_tick_s")
+        if self.cache_manager_page_port and not self.registry_operator_token.get_secret_value():
+            raise ValueError("LORAPLANE_CACHE_MANAGER_PAGE_PORT is set but "
+                             "LORAPLANE_REGISTRY_OPERATOR_TOKEN is not: the placement page "
+                             "needs the operator token")
         return self
 
     @property
