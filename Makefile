@@ -87,11 +87,10 @@ lint: install ## ruff
 	$(PY) -m ruff check services tests scripts
 
 typecheck: install ## mypy --strict on the pure core (policy) and the shared library
-	$(PY) -m mypy --strict services/policy
 	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
-	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent \
+	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent -p loraplane.policy \
 	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec \
-	  -p loraplane.shared.consumer
+	  -p loraplane.shared.consumer -p loraplane.shared.resources
 
 clean: ## remove local state (.loraplane/) — stops the stacks first
 	-$(LP) stack down --profile run

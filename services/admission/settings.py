@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from loraplane.admission.checks.files import SizeLimits
+from loraplane.shared.resources import config_file
 from loraplane.shared.settings import CommonSettings
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES
 
@@ -34,7 +35,7 @@ class AdmissionSettings(CommonSettings):
     admission_exact_layout: bool = True
     """Also require the registry's exact layout
     ``<prefix>/<tenant>/<name>/<version>/<content digest>/`` for each version."""
-    admission_catalogue_path: Path = REPO_ROOT / "config" / "base_models.yaml"
+    admission_catalogue_path: Path = config_file("base_models.yaml")
     """Catalogue of served base models."""
     admission_platform_keys_dir: Path | None = REPO_ROOT / ".loraplane" / "models" / "keys"
     """Public keys (``*.pub``/``*.pem``) trusted for every tenant; the default holds the

@@ -31,8 +31,9 @@ import yaml  # type: ignore[import-untyped, unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from loraplane.shared.errors import InvalidArgument
+from loraplane.shared.resources import config_file
 
-DEFAULT_RULES_PATH = Path("config/cache_manager.yaml")
+DEFAULT_RULES_PATH = config_file("cache_manager.yaml")
 
 
 class RulesConfigError(InvalidArgument, ValueError):
@@ -232,7 +233,7 @@ def rules_from_mapping(raw: Any) -> RulesConfig:
 
 
 def load_rules(path: str | Path | None = None) -> RulesConfig:
-    """Load ``path`` (default ``config/cache_manager.yaml`` when present, else defaults)."""
+    """Load ``path`` (default: the packaged ``config/cache_manager.yaml``, else defaults)."""
     if path is None:
         if not DEFAULT_RULES_PATH.is_file():
             return RulesConfig()

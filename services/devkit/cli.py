@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from loraplane.shared.resources import config_file
+
 app = typer.Typer(
     help="Local demo artifacts: tiny base model, signed adapters, dev key.", no_args_is_help=True
 )
@@ -19,7 +21,7 @@ RootOption = Annotated[
         envvar="LORAPLANE_DEMO_ROOT",
     ),
 ]
-CATALOGUE_DEFAULT = Path("config/base_models.yaml")
+CATALOGUE_DEFAULT = config_file("base_models.yaml")
 
 
 @app.command("build")

@@ -18,9 +18,11 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
+from loraplane.shared.resources import config_file
+
 from .model import Priority, RequestClass
 
-DEFAULT_CONFIG_PATH = Path("config/policy.yaml")
+DEFAULT_CONFIG_PATH = config_file("policy.yaml")
 
 
 class PolicyConfigError(ValueError):
@@ -449,7 +451,7 @@ def config_from_mapping(raw: Mapping[str, Any] | None) -> PolicyConfig:
 
 
 def load_config(path: str | Path | None = None) -> PolicyConfig:
-    """Load ``path`` (default ``config/policy.yaml`` when it exists, else built-in defaults)."""
+    """Load ``path`` (default: the packaged ``config/policy.yaml``, else built-in defaults)."""
     if path is None:
         if not DEFAULT_CONFIG_PATH.is_file():
             return PolicyConfig()

@@ -57,6 +57,7 @@ from loraplane.registry.client import (
 )
 from loraplane.registry.convert import PRIORITY_NAMES
 from loraplane.registry.settings import RegistryClientSettings
+from loraplane.shared.resources import config_file
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2
 
 EXIT_OK = 0
@@ -92,9 +93,9 @@ STATUS_NAMES = {
 
 
 def default_catalogue() -> Path:
-    """``LORAPLANE_CATALOGUE`` or ``<repo>/config/base_models.yaml``."""
+    """``LORAPLANE_CATALOGUE`` or the packaged ``config/base_models.yaml``."""
     env = os.environ.get("LORAPLANE_CATALOGUE")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "config" / "base_models.yaml"
+    return Path(env) if env else config_file("base_models.yaml")
 
 
 # --------------------------------------------------------------------------- helpers

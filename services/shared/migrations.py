@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+from loraplane.shared.resources import migrations_dir
+
+MIGRATIONS_DIR = migrations_dir()
+"""The packaged ``migrations/`` (:mod:`loraplane.shared.resources`)."""
 
 
 class MigrationError(RuntimeError):

@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 
 from loraplane.devkit.builder import DemoManifest, build_demo
+from loraplane.shared.resources import config_file
 from loraplane.stack.services import SERVICES
 from loraplane.v1 import common_pb2, registry_pb2
 
@@ -60,7 +61,6 @@ def seed_platform(manifest: DemoManifest, env: dict[str, str],
     )
     from loraplane.registry.settings import RegistryClientSettings
     from loraplane.shared.catalogue import load_catalogue
-    from loraplane.stack.settings import repo_root
 
     settings = RegistryClientSettings(
         registry_addr=env["LORAPLANE_REGISTRY_ADDR"],
@@ -70,7 +70,7 @@ def seed_platform(manifest: DemoManifest, env: dict[str, str],
         s3_access_key=env["LORAPLANE_S3_ACCESS_KEY"],
         s3_secret_key=env["LORAPLANE_S3_SECRET_KEY"],
     )
-    catalogue = load_catalogue(repo_root() / "config" / "base_models.yaml")
+    catalogue = load_catalogue(config_file("base_models.yaml"))
     out: dict[str, str] = {}
     with RegistryClient.from_settings(settings) as reg:
         for tenant, prio in TENANT_PRIORITY.items():
