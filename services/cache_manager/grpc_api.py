@@ -14,6 +14,7 @@ from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.messages import decision_proto, placement_proto, worker_info
 from loraplane.cache_manager.model import Ref, Tier
 from loraplane.shared.errors import InvalidArgument, NotFound, Unavailable
+from loraplane.shared.vocab import tier_to_proto
 from loraplane.v1 import cache_pb2, cache_pb2_grpc, events_pb2
 
 DEFAULT_DECISIONS = 50
@@ -48,7 +49,7 @@ class CacheManagerApi(cache_pb2_grpc.CacheManagerServicer):
                 if w.alive and w.serves(a.base_model):
                     out.placements.append(cache_pb2.WorkerPlacement(
                         worker_id=w.worker_id, grpc_address=w.grpc_address,
-                        placement=events_pb2.AdapterPlacement(adapter=a, tier=Tier.HOT.proto()),
+                        placement=events_pb2.AdapterPlacement(adapter=a, tier=tier_to_proto(Tier.HOT)),
                     ))
             return out
         vid = Ref.of(a).version_id

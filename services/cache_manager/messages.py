@@ -8,6 +8,7 @@ from loraplane.cache_manager.core import DecisionEntry, Issued
 from loraplane.cache_manager.model import CommandKind, Tier
 from loraplane.cache_manager.state import WorkerView
 from loraplane.shared.topics import new_meta
+from loraplane.shared.vocab import tier_to_proto
 from loraplane.v1 import cache_pb2, common_pb2, events_pb2
 
 _DECISION_ACTION = {
@@ -70,8 +71,8 @@ def decision_proto(e: DecisionEntry) -> cache_pb2.Decision:
         action=_DECISION_ACTION[e.kind],
         adapter=e.ref.proto(),
         worker_id=e.worker_id,
-        from_tier=e.from_tier.proto(),
-        to_tier=e.to_tier.proto(),
+        from_tier=tier_to_proto(e.from_tier),
+        to_tier=tier_to_proto(e.to_tier),
         reason=e.reason if not e.detail else f"{e.reason}: {e.detail}",
         heat_score=e.heat,
         command_id=e.command_id,
@@ -111,7 +112,7 @@ def placement_proto(w: WorkerView, vid: str) -> events_pb2.AdapterPlacement:
     """One version's placement on one worker."""
     p = w.placements[vid]
     ap = events_pb2.AdapterPlacement(
-        adapter=p.ref.proto(), engine_id=p.engine_id, tier=p.tier.proto(), pinned=p.pinned,
+        adapter=p.ref.proto(), engine_id=p.engine_id, tier=tier_to_proto(p.tier), pinned=p.pinned,
         in_flight=p.in_flight, size_bytes=p.size_bytes, sha256=p.sha256, rank=p.rank,
     )
     if p.loaded_at:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from loraplane.policy.model import Priority, RequestClass
+from loraplane.shared.vocab import Status, Tier
 from loraplane.v1 import common_pb2
 
 # --------------------------------------------------------------------------- ids
@@ -90,53 +91,8 @@ def request_class_from_proto(value: int) -> RequestClass:
     return _CLASS_FROM_PROTO.get(value, RequestClass.INTERACTIVE)
 
 
-class Tier(str, Enum):
-    """Tier of a version on one worker (COLD = not on the worker)."""
-
-    HOT = "hot"
-    WARM = "warm"
-    COLD = "cold"
-
-    def proto(self) -> common_pb2.Tier:
-        """The proto ``Tier`` value."""
-        return {Tier.HOT: common_pb2.TIER_HOT, Tier.WARM: common_pb2.TIER_WARM,
-                Tier.COLD: common_pb2.TIER_COLD}[self]
-
-    @staticmethod
-    def of_proto(value: int) -> Tier:
-        """From a proto ``Tier`` (``UNSPECIFIED`` → COLD)."""
-        if value == common_pb2.TIER_HOT:
-            return Tier.HOT
-        if value == common_pb2.TIER_WARM:
-            return Tier.WARM
-        return Tier.COLD
-
-
-class Status(str, Enum):
-    """Registry status of a version as the cache manager knows it."""
-
-    PENDING = "pending"
-    ADMITTED = "admitted"
-    REJECTED = "rejected"
-    ACTIVE = "active"
-    CANARY = "canary"
-    RETIRED = "retired"
-    UNKNOWN = "unknown"
-    """Seen on a worker or in heat before the registry told us about it (being resolved)."""
-    GONE = "gone"
-    """The registry does not know it: nothing may load it, workers drop it."""
-    FOREIGN = "foreign"
-    """Of a tenant this deployment does not manage: neither loaded nor evicted, its room counts."""
-
-    @property
-    def loadable(self) -> bool:
-        """Whether a worker may be told to load the version."""
-        return self in (Status.ADMITTED, Status.ACTIVE, Status.CANARY)
-
-    @property
-    def to_drop(self) -> bool:
-        """Whether every worker must drain and evict the version."""
-        return self in (Status.RETIRED, Status.REJECTED, Status.GONE)
+# One Tier (the policy's) and one Status for every service: loraplane.shared.vocab (imported
+# above; wire conversions: tier_to_proto / tier_from_proto there).
 
 
 # --------------------------------------------------------------------------- registry facts

@@ -42,6 +42,7 @@ from loraplane.cache_manager.model import (
     version_id,
 )
 from loraplane.policy.stats import DEFAULT_TAU_S, DEFAULT_WARM_TAU_S, VersionStats
+from loraplane.shared.vocab import tier_from_proto
 from loraplane.v1 import events_pb2
 
 DEFAULT_DEDUPE_CAPACITY = 200_000
@@ -406,7 +407,7 @@ class State:
             st.finish_request(error=failed)
             if failed:
                 self.errors[vid] = self.errors.get(vid, 0) + 1
-            tier = Tier.of_proto(c.tier_at_arrival)
+            tier = tier_from_proto(c.tier_at_arrival)
             key = (vid, tier)
             self.hits[key] = self.hits.get(key, 0) + 1
             if not burst and not self.hot_anywhere(vid):
@@ -450,7 +451,7 @@ class State:
             ld = rep.loaded
             if vid:
                 rec = self.record_of(ref, ld.engine_id, out)
-                tier = Tier.of_proto(ld.tier)
+                tier = tier_from_proto(ld.tier)
                 p = w.placements.get(vid)
                 if p is None:
                     p = Placement(ref=ref, tier=Tier.COLD, size_bytes=rec.size_bytes,
@@ -468,7 +469,7 @@ class State:
         elif arm == "evicted":
             ev = rep.evicted
             if vid:
-                to = Tier.of_proto(ev.to_tier)
+                to = tier_from_proto(ev.to_tier)
                 if to is Tier.COLD:
                     w.placements.pop(vid, None)
                 else:
@@ -531,7 +532,7 @@ class State:
             last_used = ts_seconds(ap.last_used_at, 0.0) or None
             placements[vid] = Placement(
                 ref=ref,
-                tier=Tier.of_proto(ap.tier),
+                tier=tier_from_proto(ap.tier),
                 pinned=ap.pinned,
                 in_flight=ap.in_flight,
                 size_bytes=ap.size_bytes or rec.size_bytes,

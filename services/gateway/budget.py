@@ -44,11 +44,11 @@ from typing import Any
 import yaml  # type: ignore[import-untyped, unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from loraplane.shared import vocab
 from loraplane.v1 import common_pb2
 
-TIER_HOT = common_pb2.TIER_HOT
-TIER_WARM = common_pb2.TIER_WARM
-TIER_COLD = common_pb2.TIER_COLD
+# wire tier values and their names: the one vocabulary (loraplane.shared.vocab)
+TIER_HOT, TIER_WARM, TIER_COLD = vocab.TIER_HOT, vocab.TIER_WARM, vocab.TIER_COLD
 
 INTERACTIVE = common_pb2.REQUEST_CLASS_INTERACTIVE
 BACKGROUND = common_pb2.REQUEST_CLASS_BACKGROUND
@@ -62,12 +62,7 @@ CLASS_NAMES: dict[int, str] = {
 }
 """Request class enum value → name (unspecified is treated as interactive)."""
 
-TIER_NAMES: dict[int, str] = {
-    common_pb2.TIER_UNSPECIFIED: "unspecified",
-    TIER_HOT: "hot",
-    TIER_WARM: "warm",
-    TIER_COLD: "cold",
-}
+TIER_NAMES: dict[int, str] = vocab.TIER_NAMES
 """Tier enum value → lowercase name (metric labels, headers)."""
 
 MIN_RETRY_AFTER_S = 1.0

@@ -25,21 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from loraplane.shared.errors import FailedPrecondition, InvalidArgument, NotFound
+from loraplane.shared.vocab import Status as _Status
 
-
-class Status(StrEnum):
-    """Lifecycle status of a version (values are the database enum labels)."""
-
-    PENDING = "pending"
-    ADMITTED = "admitted"
-    REJECTED = "rejected"
-    ACTIVE = "active"
-    CANARY = "canary"
-    RETIRED = "retired"
-
+# One Status for every service (the registry stores the lifecycle ones: pending ... retired).
+Status = _Status
 
 TRANSITIONS: Mapping[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.ADMITTED, Status.REJECTED, Status.RETIRED}),
@@ -48,6 +39,10 @@ TRANSITIONS: Mapping[Status, frozenset[Status]] = {
     Status.ACTIVE: frozenset({Status.ADMITTED}),
     Status.REJECTED: frozenset({Status.RETIRED}),
     Status.RETIRED: frozenset(),
+    # the cache-manager-only states (shared.vocab.Status): the registry never stores them
+    Status.UNKNOWN: frozenset(),
+    Status.GONE: frozenset(),
+    Status.FOREIGN: frozenset(),
 }
 """Allowed status changes (anything else is FAILED_PRECONDITION)."""
 

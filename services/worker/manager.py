@@ -33,6 +33,7 @@ from loraplane.policy.model import Priority, RequestClass
 from loraplane.policy.snapshot import VersionMeta
 from loraplane.policy.stats import VersionStats
 from loraplane.policy.victims import HotMember, VictimChoice, hot_victim
+from loraplane.shared import vocab
 from loraplane.v1 import common_pb2
 from loraplane.worker.engine import EngineAdapter
 from loraplane.worker.errors import (
@@ -56,10 +57,9 @@ log = logging.getLogger(__name__)
 
 Tier = common_pb2.Tier
 """A ``loraplane.v1.Tier`` value."""
-TIER_HOT = common_pb2.TIER_HOT
-TIER_WARM = common_pb2.TIER_WARM
-TIER_COLD = common_pb2.TIER_COLD
-TIER_NAMES: dict[Tier, str] = {TIER_HOT: "hot", TIER_WARM: "warm", TIER_COLD: "cold"}
+# wire tier values and their names: the one vocabulary (loraplane.shared.vocab)
+TIER_HOT, TIER_WARM, TIER_COLD = vocab.TIER_HOT, vocab.TIER_WARM, vocab.TIER_COLD
+TIER_NAMES: dict[int, str] = vocab.TIER_NAMES
 
 POLICY_CLASSES: dict[int, RequestClass] = {
     common_pb2.REQUEST_CLASS_UNSPECIFIED: RequestClass.INTERACTIVE,

@@ -179,3 +179,18 @@ def test_sim_cli_reports_bad_input(tmp_path: Path) -> None:
     result = runner.invoke(app, ["sim", "--trace", "x", "--gpu-slots", "2", "--host-bytes",
                                  "1GB", "--policies", "magic"])
     assert result.exit_code != 0 and "unknown policies" in result.output
+
+
+def test_sim_cli_refuses_an_unusable_trace_naming_row_and_column(tmp_path: Path) -> None:
+    """``loraplane sim`` on a trace it cannot use: exit 2, each problem with its line and column."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "ts,tenant_id,adapter_id,priority,request_class,rank,size_bytes,canary,prompt_tokens,"
+        "output_tokens\n"
+        "1,t,t/a@v1,gold,interactive,8,100,0,10,10\n"
+        "2,t,t/a@v1,diamond,interactive,8,100,0,10,10\n"
+    )
+    result = CliRunner().invoke(app, ["sim", "--trace", str(bad), "--gpu-slots", "2",
+                                      "--host-bytes", "1GB"])
+    assert result.exit_code == 2
+    assert "line 3" in result.output and "column priority: 'diamond'" in result.output
