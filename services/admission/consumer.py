@@ -19,14 +19,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from loraplane.admission.metrics import AdmissionMetrics
 from loraplane.admission.service import Admitter, DependencyDown
 from loraplane.admission.settings import AdmissionSettings
 from loraplane.shared.codec import CodecError, decode_as, encode, kafka_headers
-from loraplane.shared.consumer import ConsumerLoop
-from loraplane.shared.kafka_admin import GROUP_TUNING
+from loraplane.shared.consumer import Consumer, ConsumerLoop, group_consumer
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, topic_spec
 from loraplane.v1 import events_pb2
 
@@ -56,7 +55,7 @@ class ReleaseConsumer:
         admitter: Admitter,
         settings: AdmissionSettings,
         metrics: AdmissionMetrics,
-        consumer_factory: Callable[[], AIOKafkaConsumer] | None = None,
+        consumer_factory: Callable[[], Consumer] | None = None,
         producer_factory: Callable[[], VerdictProducer] | None = None,
     ) -> None:
         """Factories default to real aiokafka clients built from ``settings``."""
@@ -83,18 +82,11 @@ class ReleaseConsumer:
         """Consumers started so far (more than one after a restart)."""
         return self.loop.consumers_started
 
-    def _default_consumer(self) -> AIOKafkaConsumer:
+    def _default_consumer(self) -> Consumer:
         s = self.settings
-        return AIOKafkaConsumer(
-            s.admission_releases_topic,
-            bootstrap_servers=s.kafka_bootstrap,
-            group_id=s.admission_consumer_group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            client_id="loraplane-admission",
-            max_poll_interval_ms=600_000,
-            **GROUP_TUNING,
-        )
+        return group_consumer(s.admission_releases_topic, bootstrap=s.kafka_bootstrap,
+                              group_id=s.admission_consumer_group,
+                              client_id="loraplane-admission", max_poll_interval_ms=600_000)
 
     def _default_producer(self) -> VerdictProducer:
         producer: VerdictProducer = AIOKafkaProducer(

@@ -16,15 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer
 
 from loraplane.registry import service
 from loraplane.registry.metrics import RegistryMetrics
 from loraplane.shared.codec import CodecError, decode_as
-from loraplane.shared.consumer import ConsumerLoop
+from loraplane.shared.consumer import Consumer, ConsumerLoop, group_consumer
 from loraplane.shared.db import transaction
 from loraplane.shared.errors import InvalidArgument
-from loraplane.shared.kafka_admin import GROUP_TUNING
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, event_meta
 from loraplane.v1 import events_pb2
 
@@ -40,7 +38,7 @@ class AdmissionConsumer:
         bootstrap: str,
         group_id: str,
         metrics: RegistryMetrics | None = None,
-        consumer_factory: Callable[[], AIOKafkaConsumer] | None = None,
+        consumer_factory: Callable[[], Consumer] | None = None,
         probe_interval_s: float = 2.0,
         actor: str = "system/admission",
         topic: str = ADAPTER_ADMISSIONS,
@@ -69,16 +67,9 @@ class AdmissionConsumer:
         """Consumers started so far (more than one after a restart)."""
         return self.loop.consumers_started
 
-    def _default_consumer(self) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(
-            self.topic,
-            bootstrap_servers=self.bootstrap,
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            client_id="loraplane-registry-admissions",
-            **GROUP_TUNING,
-        )
+    def _default_consumer(self) -> Consumer:
+        return group_consumer(self.topic, bootstrap=self.bootstrap, group_id=self.group_id,
+                              client_id="loraplane-registry-admissions")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set; survives broker and database outages."""

@@ -171,6 +171,22 @@ class _Session:
         self.broker_back = False
 
 
+def group_consumer(*topics: str, bootstrap: str, group_id: str, client_id: str,
+                   **options: Any) -> Consumer:
+    """An unstarted aiokafka consumer of ``topics`` in ``group_id``: manual commits, from the
+    earliest offset when the group has none, group settings that join in ~2 s on Tansu
+    (:data:`~loraplane.shared.kafka_admin.GROUP_TUNING`); ``options`` override them."""
+    from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
+
+    from loraplane.shared.kafka_admin import GROUP_TUNING
+
+    settings: dict[str, Any] = {"enable_auto_commit": False, "auto_offset_reset": "earliest",
+                                **GROUP_TUNING, **options}
+    consumer: Consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap,
+                                          group_id=group_id, client_id=client_id, **settings)
+    return consumer
+
+
 class ConsumerLoop:
     """Start, restart with backoff, probe, commit after the effect, readiness (see module)."""
 
@@ -462,6 +478,14 @@ class ConsumerLoop:
 
 
 __all__ = [
-    "Batch", "BrokerLost", "Consumer", "ConsumerLoop", "OffsetTracker", "Ready", "Restart",
-    "backoff_delay", "interruptible_sleep",
+    "Batch",
+    "BrokerLost",
+    "Consumer",
+    "ConsumerLoop",
+    "OffsetTracker",
+    "Ready",
+    "Restart",
+    "backoff_delay",
+    "group_consumer",
+    "interruptible_sleep",
 ]

@@ -22,12 +22,12 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from google.protobuf.message import Message
 
 from loraplane.shared import codec, topics
-from loraplane.shared.consumer import ConsumerLoop, Ready
+from loraplane.shared.consumer import Consumer, ConsumerLoop, Ready, group_consumer
 from loraplane.shared.errors import InvalidArgument
 from loraplane.v1 import common_pb2, events_pb2
 from loraplane.worker.commands import CommandExecutor
@@ -172,18 +172,10 @@ class CommandConsumer:
         """Ask :meth:`run` to return."""
         self.loop.stop()
 
-    def _new_consumer(self) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(
-            topics.CACHE_COMMANDS,
-            bootstrap_servers=self.bootstrap,
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=500,
-            rebalance_timeout_ms=1000,
-            max_poll_records=100,
-        )
+    def _new_consumer(self) -> Consumer:
+        return group_consumer(topics.CACHE_COMMANDS, bootstrap=self.bootstrap,
+                              group_id=self.group_id, client_id="loraplane-worker",
+                              max_poll_records=100)
 
     async def run(self) -> None:
         """Consume until :meth:`stop`; recreate the consumer on errors and on request."""
