@@ -36,9 +36,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from loraplane.cache_manager.core import CacheCore
-from loraplane.cache_manager.model import Tier
 from loraplane.cache_manager.planner import project
 from loraplane.policy.predicates import protection_of
+from loraplane.shared.vocab import Tier
 
 POLL_S = 2.0
 """How often the page polls ``placement.json``."""
@@ -146,7 +146,7 @@ def create_page_app(
         if given is not None:
             if not hmac.compare_digest(given.encode(), token.encode()):
                 return refused("page", json=False)
-            response = RedirectResponse("/placement", status_code=303)
+            response: Response = RedirectResponse("/placement", status_code=303)
             response.set_cookie(COOKIE, expected_cookie, httponly=True, samesite="strict",
                                 path="/")
             return counted("page", response)
