@@ -49,7 +49,7 @@ demo: install ## build the tiny base model and the signed demo adapters (cached 
 	$(LP) demo build
 
 test: install ## install what is missing, lint, start the test stack once, run the whole suite, stop the stack
-	$(PY) -m ruff check services tests scripts
+	$(PY) -m ruff check services tests scripts benchmarks
 	$(PY) scripts/gen_proto.py --check
 	@set -o pipefail; rc=0; $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
 	  $(LP) stack down --profile test >/dev/null 2>&1 || true; exit $$rc
@@ -84,7 +84,7 @@ stress: install ## the platform under load and faults (2 vLLM workers, 12 scenar
 	$(PY) tests/stress/stress.py $(if $(ONLY),--only $(ONLY))
 
 lint: install ## ruff
-	$(PY) -m ruff check services tests scripts
+	$(PY) -m ruff check services tests scripts benchmarks
 
 typecheck: install ## mypy --strict on the pure core (policy) and the shared library
 	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
