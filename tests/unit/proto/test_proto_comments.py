@@ -50,6 +50,8 @@ def _elements(fd: descriptor_pb2.FileDescriptorProto) -> list[tuple[tuple[int, .
         for i, f in enumerate(m.field):
             items.append(((*path, _FIELD, i), f"field {prefix}{m.name}.{f.name}"))
         for i, n in enumerate(m.nested_type):
+            if n.options.map_entry:  # synthesized by protoc for a map field: the field has the comment
+                continue
             message((*path, _NESTED, i), n, f"{prefix}{m.name}.")
         for i, e in enumerate(m.enum_type):
             enum((*path, _NESTED_ENUM, i), e, f"{prefix}{m.name}.")
