@@ -45,11 +45,12 @@ from loraplane.cache_manager.tracker import CommandTracker
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.cost import Bandwidths
 from loraplane.policy.online import CachePolicy
-from loraplane.policy.plan import ActionKind, Plan
+from loraplane.policy.plan import ActionKind, Plan, Reason
 from loraplane.policy.predicates import max_pins, protection_of
 from loraplane.policy.score import hot_terms
 from loraplane.policy.snapshot import Snapshot, VersionMeta, WorkerState
 from loraplane.policy.stats import StatsView
+from loraplane.policy.victims import HotMember, hot_victim
 
 log = logging.getLogger(__name__)
 
@@ -372,14 +373,14 @@ class Planner:
 
     def _explain(self, state: State, spec: CommandSpec, now: float) -> CommandSpec:
         """Name the business reason behind a policy load driven by the warm-up signal."""
-        if spec.kind.frees or spec.reason != "scheduled_warmup":
+        if spec.kind.frees or spec.reason != Reason.SCHEDULED_WARMUP:
             return spec
         rec = state.versions.get(spec.version_id)
         if rec is None:
             return spec
         boost = state.boosts.get(spec.version_id)
         if state.is_staged_canary(rec):
-            reason = "canary_warmup"
+            reason = Reason.CANARY_WARMUP
         elif boost is not None:
             reason = boost.reason
         else:
@@ -451,7 +452,7 @@ class Planner:
 
         for vid, rec in state.versions.items():
             if state.is_staged_canary(rec):
-                want(vid, self.rules.canary.warm_replicas, "canary_warmup")
+                want(vid, self.rules.canary.warm_replicas, Reason.CANARY_WARMUP)
         for vid, boost in state.boosts.items():
             if boost.until > now:
                 want(vid, boost.replicas, boost.reason, boost.target_worker)
@@ -459,14 +460,14 @@ class Planner:
             for vid, rec in state.versions.items():
                 n = self.scheduled_replicas(rec, state, now)
                 if n:
-                    want(vid, n, "scheduled_warmup")
+                    want(vid, n, Reason.SCHEDULED_WARMUP)
         if self.rules.demand.enabled:
             horizon = now - self.rules.demand.window_s
             for vid, st in state.stats.items():
                 recent = st.last_access is not None and st.last_access >= horizon
                 if recent and vid not in reqs:
-                    want(vid, 1, "demand")
-        order = {"rollback": 0, "canary_warmup": 1, "scheduled_warmup": 2}
+                    want(vid, 1, Reason.DEMAND)
+        order = {Reason.ROLLBACK: 0, Reason.CANARY_WARMUP: 1, Reason.SCHEDULED_WARMUP: 2}
         return sorted(reqs.values(), key=lambda r: (order.get(r.reason, 3), r.version_id))
 
     def _rules(
@@ -497,8 +498,8 @@ class Planner:
                 if p.in_flight > 0:
                     notes.append(f"draining {vid} on {wid}: {p.in_flight} in flight")
                     continue
-                reason = {Status.RETIRED: "retired", Status.REJECTED: "rejected"}.get(
-                    rec.status, "unknown_version")
+                reason = {Status.RETIRED: Reason.RETIRED, Status.REJECTED: Reason.REJECTED}.get(
+                    rec.status, Reason.UNKNOWN_VERSION)
                 out.append(CommandSpec(CommandKind.EVICT, wid, vid, reason,
                                        f"{vid} is {rec.status.value}", source="rule:drop"))
                 pr.apply(CommandKind.EVICT, vid)
@@ -517,7 +518,7 @@ class Planner:
             missing = req.replicas - len(holders)
             if missing <= 0:
                 continue
-            displace = req.reason != "demand"
+            displace = req.reason != Reason.DEMAND
             candidates = self._hosts(rec, versions, proj, holders, req.target_worker,
                                      tracker, now)
             for wid in candidates:
@@ -533,7 +534,7 @@ class Planner:
                     if victim is None:
                         continue
                     out.append(CommandSpec(
-                        CommandKind.DEMOTE, wid, victim, "displaced",
+                        CommandKind.DEMOTE, wid, victim, Reason.DISPLACED,
                         f"room for {vid} ({req.reason})", source=f"rule:{req.reason}",
                     ))
                     pr.apply(CommandKind.DEMOTE, victim)
@@ -577,7 +578,7 @@ class Planner:
                     room = pr.view.warm_bytes_capacity - pr.used_bytes(versions)
                     if room < rec.size_bytes or not tracker.can_issue(wid, tvid, now):
                         continue
-                    out.append(CommandSpec(CommandKind.LOAD_WARM, wid, tvid, "rollback_target",
+                    out.append(CommandSpec(CommandKind.LOAD_WARM, wid, tvid, Reason.ROLLBACK_TARGET,
                                            f"rollback target of {adapter_id}",
                                            source="rule:rollback_target"))
                     pr.apply(CommandKind.LOAD_WARM, tvid)
@@ -620,22 +621,31 @@ class Planner:
         tracker: CommandTracker,
         now: float,
     ) -> str | None:
-        """Coolest HOT version of ``bm`` here that is unpinned, idle, unprotected, not required."""
-        best: tuple[float, str] | None = None
+        """The HOT version of ``bm`` here a business rule displaces, chosen by the policy's one
+        victim function (:func:`loraplane.policy.victims.hot_victim`, the worker's request path
+        uses it too). The rule's requirements travel as typed member flags: a pinned version,
+        one with requests in flight or a command under way is ``busy``, one another rule
+        requires or the policy protects is ``protected``; a rule never displaces a protected
+        version (a protection overflow choice is refused)."""
+        members: list[HotMember] = []
         for vid, s in pr.slots.items():
-            if s.tier is not Tier.HOT or s.pinned or s.in_flight > 0 or vid in required:
+            if s.tier is not Tier.HOT:
                 continue
             meta = snapshot.versions.get(vid)
             if meta is None or meta.base_model != bm:
                 continue
-            if protection_of(meta, self.policy_config) is not None:
-                continue
-            if not tracker.can_issue(pr.view.worker_id, vid, now):
-                continue
-            cand = (self.heat_of(snapshot, vid, now), vid)
-            if best is None or cand < best:
-                best = cand
-        return None if best is None else best[1]
+            stats = snapshot.stats_of(vid)
+            members.append(HotMember(
+                meta=meta, stats=stats,
+                last_used=stats.last_access if stats.last_access is not None else s.loaded_at,
+                pinned=s.pinned,
+                busy=s.in_flight > 0 or not tracker.can_issue(pr.view.worker_id, vid, now),
+                protected=vid in required,
+            ))
+        choice = hot_victim(members, now, self.policy_config, snapshot.bandwidths)
+        if choice.victim is None or choice.reason is Reason.PROTECTION_OVERFLOW:
+            return None
+        return choice.victim
 
     # ------------------------------------------------------------------ guards
 

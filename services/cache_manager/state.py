@@ -41,6 +41,7 @@ from loraplane.cache_manager.model import (
     request_class_from_proto,
     version_id,
 )
+from loraplane.policy.plan import Reason
 from loraplane.policy.stats import DEFAULT_TAU_S, DEFAULT_WARM_TAU_S, VersionStats
 from loraplane.shared.vocab import tier_from_proto
 from loraplane.v1 import events_pb2
@@ -670,7 +671,7 @@ class State:
             self._set_status(to_ref, rb.engine_id, Status.ACTIVE, out)
             self.boosts[to_ref.version_id] = Boost(
                 replicas=max(1, replicas), until=now + self.rollback_boost_ttl_s,
-                reason="rollback",
+                reason=Reason.ROLLBACK,
             )
             out.triggers.append("rollback")
         elif arm == "retired":
@@ -692,7 +693,7 @@ class State:
         old = self.boosts.get(ref.version_id)
         replicas = 1 if old is None else max(1, old.replicas)
         self.boosts[ref.version_id] = Boost(
-            replicas=replicas, until=now + self.prewarm_ttl_s, reason=ev.reason or "prewarm",
+            replicas=replicas, until=now + self.prewarm_ttl_s, reason=ev.reason or Reason.PREWARM,
             target_worker=ev.target_worker_id,
         )
         if not self.hot_anywhere(ref.version_id):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 
 
 class ActionKind(str, Enum):
@@ -32,8 +32,9 @@ class ActionKind(str, Enum):
 _ORDER = {kind: i for i, kind in enumerate(ActionKind)}
 
 
-class Reason(str, Enum):
-    """Why an action is in the plan."""
+class Reason(StrEnum):
+    """Why a placement action is taken: the policy's reasons, then the cache-manager's business
+    rules' (one vocabulary for plans, commands and decision events; values are the wire words)."""
 
     HEAT = "heat"
     """Promote: among the hottest versions for the slots available."""
@@ -63,6 +64,23 @@ class Reason(str, Enum):
     """Evict / unpin: protected versions alone exceed the tier; the coolest gives way."""
     UNPROTECTED = "unprotected"
     """Unpin: no longer protected, or beyond its kind's share of HOT slots."""
+    # -- business rules of the cache manager (cache_manager/rules.py)
+    CANARY_WARMUP = "canary_warmup"
+    """Load: a canary version is HOT on ``canary.warm_replicas`` workers before traffic."""
+    ROLLBACK = "rollback"
+    """Load: after a rollback the restored version is HOT where the replaced one was."""
+    ROLLBACK_TARGET = "rollback_target"
+    """Prefetch: the version a rollback would return to stays WARM beside the stable one."""
+    PREWARM = "prewarm"
+    """Load: a ``PrewarmRequested`` asked for the version HOT."""
+    DEMAND = "demand"
+    """Load: requested recently, HOT nowhere, and a slot is free."""
+    RETIRED = "retired"
+    """Evict: the version was retired."""
+    REJECTED = "rejected"
+    """Evict: the version was rejected by admission."""
+    UNKNOWN_VERSION = "unknown_version"
+    """Evict: the registry does not know the version."""
 
 
 @dataclass(frozen=True, slots=True)
