@@ -45,6 +45,7 @@ from loraplane.cache_manager.tracker import CommandTracker
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.cost import Bandwidths
 from loraplane.policy.online import CachePolicy
+from loraplane.policy.placement import HostOption, rank_hosts
 from loraplane.policy.plan import ActionKind, Plan, Reason
 from loraplane.policy.predicates import max_pins, protection_of
 from loraplane.policy.score import hot_terms
@@ -596,9 +597,11 @@ class Planner:
         tracker: CommandTracker,
         now: float,
     ) -> list[str]:
-        """Workers that could take ``rec`` HOT, best first."""
+        """Workers that could take ``rec`` HOT, best first: the eligible ones (serve the base
+        model, rank, no backoff or golden-set block) ranked by the policy's one host ranking
+        (:func:`loraplane.policy.placement.rank_hosts`)."""
         bm = rec.ref.base_model
-        scored: list[tuple[tuple[int, int, int, str], str]] = []
+        options: list[HostOption] = []
         for wid, pr in proj.items():
             if wid in holders or not pr.view.serves(bm) or (wid, rec.version_id) in self._no_load:
                 continue
@@ -607,10 +610,12 @@ class Planner:
                 continue
             if not tracker.can_issue(wid, rec.version_id, now):
                 continue
-            free = cap.slots - pr.hot_count(bm, versions)
-            warm = rec.version_id in pr.slots
-            scored.append(((0 if wid == target else 1, 0 if warm else 1, -free, wid), wid))
-        return [wid for _, wid in sorted(scored)]
+            options.append(HostOption(
+                worker_id=wid, preferred=wid == target,
+                free_slots=cap.slots - pr.hot_count(bm, versions),
+                resident=rec.version_id in pr.slots,
+            ))
+        return [o.worker_id for o in rank_hosts(rec.version_id, options)]
 
     def _victim(
         self,

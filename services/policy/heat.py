@@ -14,7 +14,6 @@ predicates (:mod:`loraplane.policy.predicates`):
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from .adaptive import AdaptiveHeatOnline
 from .config import PolicyConfig
 from .model import PRIORITIES, REQUEST_CLASSES, Tier
 from .online import OnlineContext
+from .placement import HostOption, host_key, stable_hash
 from .plan import Action, ActionKind, Plan, Reason
 from .predicates import (
     Protection,
@@ -399,8 +399,7 @@ class _Target:
     pins: set[str] | None = None
 
 
-def _stable_hash(*parts: str) -> int:
-    return zlib.crc32("|".join(parts).encode("utf-8"))
+_stable_hash = stable_hash
 
 
 class HeatPolicy:
@@ -594,9 +593,10 @@ class HeatPolicy:
     def _pick_worker(
         targets: list[_Target], vid: str, meta: VersionMeta, versions: Mapping[str, VersionMeta]
     ) -> _Target | None:
-        """Best worker for one more HOT replica: where it is HOT, then where a slot is free
-        without displacing anyone, then where it is WARM, then the least loaded."""
-        best: tuple[tuple[bool, bool, bool, float, int], _Target] | None = None
+        """Best worker for one more HOT replica (:func:`loraplane.policy.placement.host_key`):
+        where it is HOT, then where a slot is free without displacing anyone, then where it is
+        WARM, then the least loaded."""
+        best: tuple[tuple[bool, bool, bool, bool, float, int], _Target] | None = None
         for t in targets:
             w = t.worker
             bm = meta.base_model
@@ -607,14 +607,11 @@ class HeatPolicy:
             pending_incumbents = sum(
                 1 for v in w.hot if v not in t.hot and v != vid and versions[v].base_model == bm
             )
-            free_without_displacing = t.slots_left[bm] > pending_incumbents
-            key = (
-                vid not in w.hot,
-                not free_without_displacing,
-                vid not in w.resident(),
-                t.load,
-                _stable_hash(vid, w.worker_id),
-            )
+            key = host_key(vid, HostOption(
+                worker_id=w.worker_id, hot_here=vid in w.hot,
+                free_slots=t.slots_left[bm] - pending_incumbents,
+                resident=vid in w.resident(), load=t.load,
+            ))
             if best is None or key < best[0]:
                 best = (key, t)
         return None if best is None else best[1]
