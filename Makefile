@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps proto proto-check migrate run status stop test test-unit bench bench-policy bench-admission bench-cold bench-gateway bench-registry bench-cache stress stack-up stack-down lint typecheck demo clean
+.PHONY: help install system-deps proto proto-check migrate run status stop test test-unit bench bench-policy bench-admission bench-cold bench-gateway bench-registry bench-cache bench-isolation stress stack-up stack-down lint typecheck demo clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  make %-13s %s\n", $$1, $$2}'
@@ -79,6 +79,9 @@ bench-registry: install ## register -> event published latency on a private stac
 
 bench-cache: install ## cache-manager decision latency and heat-event throughput -> .loraplane/bench/cache.json
 	scripts/with_stack.sh $(PY) -m benchmarks.cache
+
+bench-isolation: install ## noisy neighbour on one real vLLM worker: quiet tenants' p50/p99 alone vs during floods -> .loraplane/bench/isolation.json
+	$(PY) -m pytest -s -q tests/integration/platform/test_isolation.py
 
 stress: install ## the platform under load and faults (2 vLLM workers, 12 scenarios, invariants checked) -> .loraplane/bench/stress.json
 	$(PY) tests/stress/stress.py $(if $(ONLY),--only $(ONLY))

@@ -20,7 +20,8 @@ and never waits in the gateway's queue (the headroom its band has: admission is
 synchronous); the flooder's requests are all answered or refused with 429 naming its
 ``max_in_flight`` quota, none waits past its class's 30 s; background requests under
 saturating interactive load are admitted (ageing) and answered within their budget. The
-p50 / p99 figures and ratios are printed (``[measure]``, run with ``-s``).
+p50 / p99 figures and ratios are printed (``[measure]``, run with ``-s``) and written to
+``.loraplane/bench/isolation.json`` (``make bench-isolation``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ class Iso:
     keys: dict[str, str]
     tenants: dict[str, str]
     channel: grpc.aio.Channel
+    figures: dict[str, dict[str, float]] = field(default_factory=dict)
+    """What ``_report`` measured, written to ``.loraplane/bench/isolation.json`` at the end
+    (``make bench-isolation``)."""
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +135,14 @@ async def iso(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
 
         await eventually(seen, timeout_s=60)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}")
+        it = Iso(gateway, keys, tenants, channel)
         try:
-            yield Iso(gateway, keys, tenants, channel)
+            yield it
         finally:
+            if it.figures:
+                out = Path(__file__).resolve().parents[3] / ".loraplane" / "bench"
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "isolation.json").write_text(json.dumps(it.figures, indent=2) + "\n")
             await channel.close()
             await gateway.stop(1)
             await worker.stop()
@@ -206,7 +215,13 @@ def _wait_sum(iso: Iso, who: str, klass: str) -> tuple[float, float]:
     return s, n
 
 
-def _report(name: str, alone: Outcomes, loaded: Outcomes) -> None:
+def _report(iso: Iso, name: str, alone: Outcomes, loaded: Outcomes) -> None:
+    iso.figures[name] = {
+        "alone_p50_ms": alone.pct(0.5), "alone_p99_ms": alone.pct(0.99),
+        "loaded_p50_ms": loaded.pct(0.5), "loaded_p99_ms": loaded.pct(0.99),
+        "p99_ratio": loaded.pct(0.99) / alone.pct(0.99),
+        "samples": float(len(loaded.latencies)),
+    }
     print(f"\n[measure] {name}: alone p50 {alone.pct(0.5):.0f} ms p99 {alone.pct(0.99):.0f} ms "
           f"({len(alone.latencies)} answered); loaded p50 {loaded.pct(0.5):.0f} ms p99 "
           f"{loaded.pct(0.99):.0f} ms ({len(loaded.latencies)} answered); p99 ratio "
@@ -249,7 +264,7 @@ async def test_noisy_neighbour_quiet_tenant_unaffected_flooder_refused_by_quota(
     during = await _quiet(iso, "acme")
     flooded = await flood.stop()
     after = _wait_sum(iso, "acme", "interactive")
-    _report("acme interactive during globex's flood", alone, during)
+    _report(iso, "acme interactive during globex's flood", alone, during)
     print(f"[measure] globex: {len(flooded.latencies)} answered, {len(flooded.refusals)} "
           f"refused (429 max_in_flight), longest {max(flooded.durations):.1f} s")
     assert not alone.refusals and not during.refusals
@@ -268,7 +283,7 @@ async def test_platinum_unaffected_when_every_other_tenant_floods(iso: Iso) -> N
     during = await _quiet(iso, "initech")
     acme, globex = [await f.stop() for f in floods]
     after = _wait_sum(iso, "initech", "interactive")
-    _report("initech (platinum) interactive while acme and globex flood", alone, during)
+    _report(iso, "initech (platinum) interactive while acme and globex flood", alone, during)
     acme_wait = _wait_sum(iso, "acme", "interactive")
     print(f"[measure] acme interactive flood: {len(acme.latencies)} answered, p99 "
           f"{acme.pct(0.99):.0f} ms; globex {len(globex.latencies)} answered")
