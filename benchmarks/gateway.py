@@ -289,9 +289,15 @@ async def _start_gateway(worker_addr: str, version: Version) -> Any:
         async def publish(self, topic: str, msg: Any) -> None:
             return None
 
+    from loraplane.gateway.flow import FlowConfig
+
     settings = GatewaySettings(
         grpc_port=0, http_port=0, metrics_port=0, bootstrap=False, consume_events=False,
         instance_id="bench",
+        # the request path's own cost, at a concurrency above one tenant's default quota
+        # and the admission limit per worker (flow control is make bench-isolation's):
+        # quotas counted but unlimited, admission without a limit
+        default_max_in_flight=0, flow=FlowConfig(max_in_flight_per_worker=0),
     )
     app = GatewayApp(settings, publisher=NullPublisher(), serve_metrics=False)
     g = app.gateway
