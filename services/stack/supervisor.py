@@ -27,6 +27,7 @@ backoff only spaces out restarts that keep failing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -164,12 +165,20 @@ def _timed_start(comp: Component) -> float:
 
 
 def set_group_nice(pgid: int, nice: int) -> bool:
-    """Set the niceness of every process of a process group; False when not permitted
-    (a negative value needs root) or the group is gone."""
+    """Set the niceness of every process of a process group (``pgid`` also leads its own
+    session, as every launched component does); False when not permitted (a negative
+    value needs root) or the group is gone.
+
+    With the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
+    a process's nice only weighs against processes of its own session, so the session's
+    autogroup nice (``/proc/<pid>/autogroup``) is set too: that is what weighs against
+    the other services and everything else on the host."""
     try:
         os.setpriority(os.PRIO_PGRP, pgid, nice)
     except OSError:
         return False
+    with contextlib.suppress(OSError):  # no autogroup support: the process nice is all
+        Path(f"/proc/{pgid}/autogroup").write_text(str(nice))
     return True
 
 

@@ -153,9 +153,14 @@ def test_a_restarted_process_runs_boosted_until_healthy(tmp_path: Path) -> None:
         assert pid is not None
         permitted = os.geteuid() == 0  # a negative niceness needs root (else: no boost)
         assert os.getpriority(os.PRIO_PROCESS, pid) == (-5 if permitted else 0)
+        autogroup = Path(f"/proc/{pid}/autogroup")  # its session's weight (autogroup)
+        if permitted and autogroup.exists():
+            assert autogroup.read_text().split()[-1] == "-5"
         comp.ready = True
         sup._check(comp, 1.0)  # healthy: back to the default priority
         assert os.getpriority(os.PRIO_PROCESS, pid) == 0
+        if autogroup.exists():
+            assert autogroup.read_text().split()[-1] == "0"
     finally:
         comp.stop()
     assert comp.pid() is None
