@@ -202,6 +202,20 @@ async def call(stub: inference_pb2_grpc.InferenceStub, key: str, tenant: str, ad
     return out
 
 
+CLIENT_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+"""The load's gRPC client reconnects within a second of the gateway listening again (the
+library's default backoff grows to 120 s, so calls kept failing with "failed to connect"
+long after a restarted gateway served)."""
+
+
+def gateway_channel(p: Platform) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(p.gateway_addr, options=CLIENT_CHANNEL_OPTIONS)
+
+
 Pick = Callable[[random.Random], tuple[str, str, int]]
 """Chooses (tenant, adapter, class) of the next request."""
 
@@ -215,7 +229,7 @@ async def run_load(p: Platform, pick: Pick, duration_s: float, concurrency: int,
     outcomes = [] if outcomes is None else outcomes
     stop = asyncio.Event()
     rng = random.Random(seed)
-    async with grpc.aio.insecure_channel(p.gateway_addr) as ch:
+    async with gateway_channel(p) as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
 
         async def client(i: int) -> None:
@@ -242,7 +256,7 @@ async def wait_serving(p: Platform, timeout_s: float, tenant: str = "acme",
                        adapter: str = "support") -> float:
     """Seconds until one background request is answered (raises after ``timeout_s``)."""
     t0 = time.monotonic()
-    async with grpc.aio.insecure_channel(p.gateway_addr) as ch:
+    async with gateway_channel(p) as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
         while time.monotonic() - t0 < timeout_s:
             o = await call(stub, p.keys[tenant], tenant, adapter, BACKGROUND)
@@ -464,7 +478,7 @@ async def sc_burst(p: Platform) -> Scenario:
     sc = Scenario("burst")
 
     async def crowd() -> None:
-        async with grpc.aio.insecure_channel(p.gateway_addr) as ch:
+        async with gateway_channel(p) as ch:
             stub = inference_pb2_grpc.InferenceStub(ch)
             got = await asyncio.gather(*(
                 call(stub, p.keys[TENANT], TENANT, "burst", BACKGROUND if i % 2 else INTERACTIVE,
@@ -521,6 +535,13 @@ async def fault(p: Platform, name: str, component: str, *, seed: int,
         try:
             back = await wait_healthy(comp, pid, RECOVERY_BOUND_S)
             if component == "svc-gateway":
+                # down until its gRPC port takes connections again (/metrics may answer
+                # first)
+                grpc_port = int(p.gateway_addr.rsplit(":", 1)[1])
+                while not port_in_use(grpc_port):
+                    if time.monotonic() - t_kill > RECOVERY_BOUND_S:
+                        raise RuntimeError("gateway gRPC port not listening again")
+                    await asyncio.sleep(0.1)
                 sc.client_outage = (t_kill, time.monotonic())
             await wait_serving(p, RECOVERY_BOUND_S)
             bound = RECOVERY_BOUND_S
