@@ -136,3 +136,95 @@ async def test_every_topic_exists_with_its_partitions(stack: Stack) -> None:
         await admin.close()
     partitions = {d["topic"]: len(d["partitions"]) for d in described}
     assert partitions == {name: spec.partitions for name, spec in topics.TOPICS.items()}
+
+
+class _Executor:
+    """The worker's command executor without an engine: records what ran, in order."""
+
+    def __init__(self, worker_id: str, gate: asyncio.Event) -> None:
+        self.worker_id = worker_id
+        self.gate = gate
+        self.ran: list[str] = []
+
+    def is_mine(self, cmd: events_pb2.CacheCommand) -> bool:
+        return cmd.worker_id == self.worker_id
+
+    async def execute(self, cmd: events_pb2.CacheCommand) -> events_pb2.WorkerReport:
+        if cmd.command_id.endswith("-slow"):
+            await self.gate.wait()
+        self.ran.append(cmd.command_id)
+        return events_pb2.WorkerReport(worker_id=self.worker_id)
+
+
+class _Reports:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def publish(self, topic: str, msg: events_pb2.WorkerReport) -> bool:
+        self.sent.append(topic)
+        return True
+
+
+async def test_worker_command_consumer_keeps_order_per_adapter_and_resumes_after_commit(
+        stack: Stack, unique: str) -> None:
+    from loraplane.worker.kafka import CommandConsumer
+
+    bootstrap = stack.settings.kafka_bootstrap
+    worker = f"w-{unique}"
+    ref = common_pb2.AdapterRef(tenant_id=f"t{unique}", adapter_name="a", version="v1",
+                                base_model="loraplane/tiny-llama")
+
+    def command(cid: str, engine_id: int) -> events_pb2.CacheCommand:
+        return events_pb2.CacheCommand(
+            meta=topics.new_meta("test", ref), command_id=cid, worker_id=worker,
+            load=events_pb2.LoadAdapter(engine_id=engine_id, artifact_uri="s3://b/k/",
+                                        sha256="ab" * 32, size_bytes=1, rank=8))
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        # one worker id: one key, one partition, so the log order is the send order
+        for cmd in (command("c1-slow", 1), command("c2", 1), command("c3", 2)):
+            value, headers = codec.encode(cmd)
+            await producer.send_and_wait(topics.CACHE_COMMANDS, value,
+                                         key=topics.key_for(topics.CACHE_COMMANDS, cmd),
+                                         headers=codec.kafka_headers(headers))
+    finally:
+        await producer.stop()
+
+    gate = asyncio.Event()
+    executor, reports = _Executor(worker, gate), _Reports()
+    consumer = CommandConsumer(bootstrap, executor, reports,  # type: ignore[arg-type]
+                               group_id=f"worker-{unique}")
+    task = asyncio.create_task(consumer.run())
+    try:
+        async with asyncio.timeout(60):
+            while executor.ran != ["c3"]:  # another engine id does not wait for c1
+                await asyncio.sleep(0.05)
+        consumer.request_restart()  # nothing committed past c1: c1..c3 come again
+        async with asyncio.timeout(60):
+            while consumer.restarts < 1 or not consumer.assigned.is_set():
+                await asyncio.sleep(0.05)
+        gate.set()
+        async with asyncio.timeout(60):
+            while executor.ran.count("c2") < 1 or "c1-slow" not in executor.ran:
+                await asyncio.sleep(0.05)
+    finally:
+        consumer.stop()
+        await asyncio.wait_for(task, 30)
+    first_c1 = executor.ran.index("c1-slow")
+    assert executor.ran.index("c2") > first_c1  # c2 waited behind c1 (same engine id)
+    assert set(reports.sent) == {topics.CACHE_STATE}
+
+    # everything was executed and committed: a new consumer of the group gets nothing
+    again = _Executor(worker, asyncio.Event())
+    late = CommandConsumer(bootstrap, again, _Reports(),  # type: ignore[arg-type]
+                           group_id=f"worker-{unique}")
+    task = asyncio.create_task(late.run())
+    try:
+        await asyncio.wait_for(late.assigned.wait(), 30)
+        await asyncio.sleep(1.5)
+    finally:
+        late.stop()
+        await asyncio.wait_for(task, 30)
+    assert again.ran == []
