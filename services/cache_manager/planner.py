@@ -208,13 +208,23 @@ class Planner:
 
     # ------------------------------------------------------------------ snapshot
 
-    def warmup_signal(self, state: State, rec: VersionRecord, now: float) -> float:
-        """Business warm-up signal in [0, 1] of a version (canary staged, boost, schedule)."""
-        if state.is_staged_canary(rec) or rec.version_id in state.boosts:
-            return 1.0
-        if self.scheduled_replicas(rec, state, now) > 0:
-            return 1.0
-        return 0.0
+    def warmup_reason(
+        self, state: State, rec: VersionRecord, now: float, staged: set[str] | None = None
+    ) -> str | None:
+        """Why the business wants ``rec`` warmed now (None: it does not) — the one warm-up
+        decision: it is the policy's ``VersionMeta.warmup`` signal (:meth:`build_snapshot`) and
+        the business reason a policy load made for that signal carries (:meth:`_explain`).
+        A staged canary (pointer set, any share), a boost (rollback, prewarm: its own reason),
+        an open schedule window. ``staged``: :meth:`State.canaries`' first set, when at hand."""
+        vid = rec.version_id
+        if (vid in staged) if staged is not None else state.is_staged_canary(rec):
+            return Reason.CANARY_WARMUP
+        boost = state.boosts.get(vid)
+        if boost is not None:
+            return boost.reason
+        if self.rules.schedules and self.scheduled_replicas(rec, state, now) > 0:
+            return Reason.SCHEDULED_WARMUP
+        return None
 
     def scheduled_replicas(self, rec: VersionRecord, state: State, now: float) -> int:
         """HOT replicas an open schedule window asks for (0 when none)."""
@@ -237,16 +247,13 @@ class Planner:
         """Freeze the projection for the policy (versions that must go are left out)."""
         metas: dict[str, VersionMeta] = {}
         staged, active = state.canaries()
-        boosts = state.boosts
-        schedules = bool(self.rules.schedules)
         cache = self._metas
         fresh: dict[str, tuple[VersionRecord, bool, float, VersionMeta]] = {}
         for vid, rec in state.versions.items():
             if not rec.status.loadable:
                 continue
             canary = vid in active
-            warmup = 1.0 if (vid in staged or vid in boosts or (
-                schedules and self.scheduled_replicas(rec, state, now) > 0)) else 0.0
+            warmup = 1.0 if self.warmup_reason(state, rec, now, staged) is not None else 0.0
             hit = cache.get(vid)
             if hit is not None and hit[0] is rec and hit[1] == canary and hit[2] == warmup:
                 meta = hit[3]
@@ -373,18 +380,15 @@ class Planner:
         return meta is not None and protection_of(meta, self.policy_config) is not None
 
     def _explain(self, state: State, spec: CommandSpec, now: float) -> CommandSpec:
-        """Name the business reason behind a policy load driven by the warm-up signal."""
+        """Name the business reason behind a policy load driven by the warm-up signal
+        (:meth:`warmup_reason`: the same decision that set the signal)."""
         if spec.kind.frees or spec.reason != Reason.SCHEDULED_WARMUP:
             return spec
         rec = state.versions.get(spec.version_id)
         if rec is None:
             return spec
-        boost = state.boosts.get(spec.version_id)
-        if state.is_staged_canary(rec):
-            reason = Reason.CANARY_WARMUP
-        elif boost is not None:
-            reason = boost.reason
-        else:
+        reason = self.warmup_reason(state, rec, now)
+        if reason is None or reason == Reason.SCHEDULED_WARMUP:
             return spec
         detail = f"{spec.detail} (policy reason: scheduled_warmup)".strip()
         return CommandSpec(spec.kind, spec.worker_id, spec.version_id, reason, detail, spec.pin,
