@@ -5,11 +5,13 @@ A gateway (views fed by the test stack's Kafka) and a worker (the worker service
 WARM tier on the test stack's S3, commands from Kafka, ``cache.state`` to Kafka) run in
 this loop; the worker's engine is the null engine, because what is counted here is the
 services' metric series, not tokens. The registry's and admission's events are published
-by the test (as in ``tests/integration/gateway``): four adapters, 250 versions each. In
+by the test (as in ``tests/integration/gateway``): 20 adapters, 50 versions each. In
 each round every adapter gets a new version (admitted, promoted), a background request
 through the gateway loads it COLD on the worker and is served, then the previous version
 of each adapter is retired (``adapter.lifecycle``) and evicted to COLD by a cache command
-(``cache.commands``). After each round ``/metrics`` of both (``generate_latest``, what the
+(``cache.commands``), without waiting for either (the next rounds overlap; a version
+leaves the live set when it is seen retired by the gateway and gone from the worker).
+After each round ``/metrics`` of both (``generate_latest``, what the
 HTTP handler serves; the sweeper runs there) is read and its version-labelled children
 counted against the bound: the live versions plus those gone within the sweeper's grace
 and two scrape intervals (shortened to ``GRACE_S`` here, 60 s by default). After the churn
@@ -52,7 +54,7 @@ from support import eventually, free_port, worker_settings
 from worker_support import BUCKET, upload
 
 VERSIONS = 1_000
-ADAPTERS = 4
+ADAPTERS = 20
 """Adapters; each has one live (stable) version at a time."""
 GRACE_S = 1.0
 """The sweeper's grace in this test (60 s in production)."""
@@ -130,7 +132,7 @@ async def platform(stack: Stack, unique: str, tmp_path: Path
                    ) -> AsyncIterator[tuple[GatewayApp, WorkerApp, KafkaPublisher]]:
     demo = build_demo()
     w_settings = worker_settings(stack, demo, tmp_path, f"series-{unique}",
-                                 worker_max_loras=8, worker_max_cpu_loras=9,
+                                 worker_max_loras=ADAPTERS, worker_max_cpu_loras=ADAPTERS + 1,
                                  worker_state_interval_s=0.5)
     worker = WorkerApp(w_settings, NullEngine(w_settings.limits, demo.base_model.dir),
                        registry=CollectorRegistry())
@@ -158,6 +160,8 @@ def ref(tenant: str, name: str, version: str, base: str) -> common_pb2.AdapterRe
                                  base_model=base)
 
 
+@pytest.mark.timeout(1200)  # a hang guard: 1,000 real cold loads (fetch + signature check
+# each) took 5-7 min on the shared 2-core machine; no speed is asserted here
 async def test_live_series_stay_within_the_bound_while_1000_versions_churn(
     stack: Stack, unique: str,
     platform: tuple[GatewayApp, WorkerApp, KafkaPublisher],
@@ -202,6 +206,23 @@ async def test_live_series_stay_within_the_bound_while_1000_versions_churn(
             assert time.monotonic() < deadline, (name, version, last)
             await asyncio.sleep(0.05)
 
+    leaving: dict[int, tuple[str, str]] = {}
+    """Retired and sent an eviction, not seen gone from both yet: engine id → name, version."""
+
+    def observe_gone() -> dict[int, tuple[str, str]]:
+        """Versions seen retired by the gateway and gone from the worker leave the live set
+        (at the time seen: no earlier than they went, so the bound is never tighter than
+        the truth); returns those still leaving."""
+        now = time.monotonic()
+        for engine_id, (name, version) in list(leaving.items()):
+            info = gateway.gateway.catalog.version(tenant, name, version)
+            if engine_id in worker.manager.placements or info is None or not info.retired:
+                continue
+            del leaving[engine_id]
+            ledger.live.discard(version)
+            ledger.gone_at[version] = now
+        return leaving
+
     async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
         previous: dict[str, tuple[str, int]] = {}
@@ -233,25 +254,14 @@ async def test_live_series_stay_within_the_bound_while_1000_versions_churn(
                     command_id=f"{unique}-{command_ids}",
                     evict=events_pb2.EvictAdapter(to_tier=common_pb2.TIER_COLD,
                                                   reason="retired", engine_id=engine_id)))
-            old = {engine_id: version for version, engine_id in previous.values()}
-
-            def retired_and_evicted(old: dict[int, str] = old,
-                                    previous: dict[str, tuple[str, int]] = previous) -> bool:
-                catalog = gateway.gateway.catalog
-                if old.keys() & worker.manager.placements.keys():
-                    return False
-                infos = [catalog.version(tenant, n, v) for n, (v, _) in previous.items()]
-                return all(info is not None and info.retired for info in infos)
-
-            await eventually(retired_and_evicted, timeout_s=30)
-            now = time.monotonic()
-            for version in old.values():
-                ledger.live.discard(version)
-                ledger.gone_at[version] = now
+            for name, (version, engine_id) in previous.items():
+                leaving[engine_id] = (name, version)
+            observe_gone()  # what already went: no wait for it, the next rounds overlap
             previous = current
             ledger.check("gateway", scrape(gateway.metrics.registry, GATEWAY_BOUND),
                          GATEWAY_BOUND)
             ledger.check("worker", scrape(worker.metrics.registry, WORKER_BOUND), WORKER_BOUND)
+        await eventually(lambda: not observe_gone(), timeout_s=60)
 
         # one grace later (and the scrape that exports the last values), only the live ones
         final: dict[str, Scrape] = {}
