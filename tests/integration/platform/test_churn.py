@@ -28,7 +28,6 @@ import asyncio
 import gc
 import json
 import random
-import shutil
 import sys
 import time
 import uuid
@@ -36,36 +35,33 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import asyncpg
 import grpc
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
-from typer.testing import CliRunner
 
-from loraplane.admission.app import AdmissionApp
-from loraplane.admission.settings import AdmissionSettings
 from loraplane.cache_manager.state import State
-from loraplane.cli.main import app as cli_app
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.devkit.engine import generate_greedy, lora_request
 from loraplane.gateway.app import GatewayApp
-from loraplane.gateway.settings import GatewaySettings
-from loraplane.registry.app import RegistryApp
-from loraplane.registry.testing import TOKEN, registry_settings
 from loraplane.shared.errors import LoraplaneError
-from loraplane.shared.migrations import migrate_up
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.lora_files import LlamaDims, write_lora
-from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "worker"))
 from worker_support import ReportWatcher
+
+from tests.integration.platform.support import (
+    control_plane,
+    eventually,
+    gateway_settings,
+    run_cli,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -77,14 +73,6 @@ PROMPT = "Hello, how are you?"
 BACKGROUND = common_pb2.REQUEST_CLASS_BACKGROUND
 INTERACTIVE = common_pb2.REQUEST_CLASS_INTERACTIVE
 HOT = common_pb2.TIER_HOT
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -103,10 +91,7 @@ class Churn:
     """Greedy token ids of PROMPT per adapter name (``"base"``: the base model)."""
 
     async def cli(self, *args: str) -> str:
-        runner = CliRunner()
-        result = await asyncio.to_thread(runner.invoke, cli_app, list(args), env=self.cli_env)
-        assert result.exit_code == 0, (args, result.stdout, result.stderr)
-        return result.stdout
+        return str((await run_cli(self.cli_env, *args)).stdout)
 
 
 @pytest.fixture(scope="module")
@@ -127,17 +112,8 @@ async def churn(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Async
             fill=lambda shape, _, rng=rng: (rng.standard_normal(shape) * 0.3).astype(np.float32),
         )
 
-    wsettings = WorkerSettings(
-        worker_id=f"w-churn-{unique}", worker_grpc_port=0, worker_metrics_port=0,
-        kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-        s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
-        artifact_bucket=s.artifact_bucket, base_model=demo.base_model.name,
-        base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
-        tokenizer_revision=demo.base_model.tokenizer_revision,
-        worker_host_dir=work / "worker-host", worker_max_loras=4, worker_max_cpu_loras=5,
-        worker_max_lora_rank=16, worker_state_interval_s=1.0, worker_heat_flush_s=0.5,
-        worker_drain_timeout_s=10.0,
-    )
+    wsettings = worker_settings(stack, demo, work, f"w-churn-{unique}", worker_max_loras=4,
+                                worker_max_cpu_loras=5, worker_drain_timeout_s=10.0)
     engine = await VllmEngine.start(demo.base_model.dir, wsettings.engine_options())
     print(f"\n[measure] vLLM engine start {engine.start_seconds:.1f}s")
     llm = engine._llm
@@ -152,75 +128,37 @@ async def churn(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Async
     # the check below can only catch a wrong adapter if the answers tell them apart
     assert len(set(reference.values())) == len(reference), reference
 
-    admin = await asyncpg.connect(s.postgres_dsn)
-    db = f"churn_{unique}"
-    await admin.execute(f'CREATE DATABASE "{db}"')
-    dsn = s.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
-    await asyncio.to_thread(migrate_up, dsn)
-    registry = RegistryApp(registry_settings(stack, postgres_dsn=dsn, instance_id=f"reg-{unique}"),
-                           registry=CollectorRegistry(), serve_metrics=False)
-    await registry.start()
-    keys = work / "platform-keys"
-    keys.mkdir()
-    shutil.copyfile(demo.keys.public_key, keys / "dev-signing.pub")
-    admission = AdmissionApp(
-        AdmissionSettings(
-            postgres_dsn=dsn, kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-            s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
-            artifact_bucket=s.artifact_bucket, admission_metrics_port=0,
-            admission_consumer_group=f"admission-churn-{unique}",
-            admission_platform_keys_dir=keys, admission_tenant_keys_dir=work / "tenant-keys",
-            admission_quarantine_dir=work / "quarantine", admission_probe_interval_s=1.0,
-            instance_id=f"adm-{unique}",
-        ),
-        registry=CollectorRegistry(), serve_metrics=False,
-    )
-    await admission.start()
-
-    watcher = ReportWatcher(s.kafka_bootstrap, wsettings.worker_id, f"churn-watch-{unique}")
-    await watcher.start()
-    worker_metrics = CollectorRegistry()
-    worker = WorkerApp(wsettings, engine, registry=worker_metrics)
-    await worker.start()
-
-    budgets = work / "budgets.yaml"
-    budgets.write_text("interactive: {budget_ms: 300, on_cold: degrade}\n"
-                       "background: {budget_ms: 30000, on_cold: wait}\n")
-    gateway = GatewayApp(
-        GatewaySettings(
-            kafka_bootstrap=s.kafka_bootstrap, grpc_port=_free_port(), http_port=_free_port(),
-            metrics_port=0, registry_addr=registry.address, registry_token=TOKEN,
-            cache_manager_addr=f"127.0.0.1:{_free_port()}", budgets_file=budgets,
-            default_base_model=demo.base_model.name, heat_flush_interval_s=0.5,
-            instance_id=f"gw-{unique}",
-        ),
-        registry=CollectorRegistry(), serve_metrics=False,
-    )
-    await gateway.start()
-    await gateway.wait_ready(60)
-    cli_env = {
-        "LORAPLANE_REGISTRY_ADDR": registry.address,
-        "LORAPLANE_REGISTRY_OPERATOR_TOKEN": TOKEN,
-        "LORAPLANE_REGISTRY_ACTOR": "ci/churn",
-        "LORAPLANE_S3_ENDPOINT": s.s3_endpoint,
-        "LORAPLANE_S3_ACCESS_KEY": s.s3_access_key,
-        "LORAPLANE_S3_SECRET_KEY": s.s3_secret_key,
-        "LORAPLANE_ARTIFACT_BUCKET": s.artifact_bucket,
-    }
     try:
-        yield Churn(stack, demo, worker, worker_metrics, gateway, watcher, cli_env,
-                    f"churn-{unique[:6]}", adapters, reference)
+        async with control_plane(stack, work, demo, name="churn", unique=unique,
+                                 actor="ci/churn") as cp:
+            watcher = ReportWatcher(s.kafka_bootstrap, wsettings.worker_id,
+                                    f"churn-watch-{unique}")
+            await watcher.start()
+            worker_metrics = CollectorRegistry()
+            worker = WorkerApp(wsettings, engine, registry=worker_metrics)
+            await worker.start()
+
+            budgets = work / "budgets.yaml"
+            budgets.write_text("interactive: {budget_ms: 300, on_cold: degrade}\n"
+                               "background: {budget_ms: 30000, on_cold: wait}\n")
+            gateway = GatewayApp(
+                gateway_settings(stack, cp, demo, instance_id=f"gw-{unique}",
+                                 budgets_file=budgets),
+                registry=CollectorRegistry(), serve_metrics=False,
+            )
+            await gateway.start()
+            await gateway.wait_ready(60)
+            try:
+                yield Churn(stack, demo, worker, worker_metrics, gateway, watcher, cp.cli_env,
+                            f"churn-{unique[:6]}", adapters, reference)
+            finally:
+                await gateway.stop(1)
+                await worker.stop()
+                await watcher.stop()
     finally:
-        await gateway.stop(1)
-        await worker.stop()
-        await watcher.stop()
         await engine.close()
         del engine, llm
         gc.collect()
-        await admission.stop()
-        await registry.stop()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        await admin.close()
 
 
 @dataclass
@@ -233,17 +171,6 @@ class Outcome:
     tokens: tuple[int, ...] = ()
     message: str = ""
     trailing: dict[str, str] = field(default_factory=dict)
-
-
-async def eventually(check: Any, *, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not met within {timeout_s}s; last: {last!r}")
 
 
 def metric_sum(registry: CollectorRegistry, family: str, **match: str) -> float:

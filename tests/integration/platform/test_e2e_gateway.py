@@ -35,29 +35,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import grpc
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from typer.testing import CliRunner
 
-from loraplane.admission.app import AdmissionApp
-from loraplane.admission.settings import AdmissionSettings
-from loraplane.cli.main import app as cli_app
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.registry.app import RegistryApp
 from loraplane.shared.errors import LoraplaneError
-from loraplane.shared.migrations import migrate_up
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
-from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
+from tests.integration.platform.support import (
+    control_plane,
+    eventually,
+    free_port,
+    gateway_settings,
+    run_cli,
+    worker_settings,
+)
 from tests.support.cache_manager import Launcher, Manager
-from tests.support.registry import TOKEN, registry_settings
+from tests.support.registry import TOKEN
 
 pytestmark = pytest.mark.engine
 
@@ -67,14 +68,6 @@ BACKGROUND = common_pb2.REQUEST_CLASS_BACKGROUND
 CANARY_CLASS = common_pb2.REQUEST_CLASS_CANARY
 SPLIT_REQUESTS = 1000
 CONCURRENCY = 8
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -104,10 +97,7 @@ class Platform:
 
     async def cli(self, *args: str) -> str:
         """Run the ``loraplane`` CLI (in a thread: the services share this loop)."""
-        runner = CliRunner()
-        result = await asyncio.to_thread(runner.invoke, cli_app, list(args), env=self.cli_env)
-        assert result.exit_code == 0, (args, result.stdout, result.stderr)
-        return result.stdout
+        return str((await run_cli(self.cli_env, *args)).stdout)
 
 
 @pytest.fixture(scope="module")
@@ -116,123 +106,64 @@ async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
     unique = uuid.uuid4().hex[:8]
     work = tmp_path_factory.mktemp("e2e-gateway")
     demo = build_demo()
-    s = stack.settings
-
     # registry on its own database (its outbox relay is surely the active one), real topics
-    admin = await asyncpg.connect(s.postgres_dsn)
-    db = f"e2e_{unique}"
-    await admin.execute(f'CREATE DATABASE "{db}"')
-    dsn = s.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
-    await asyncio.to_thread(migrate_up, dsn)
-    registry = RegistryApp(registry_settings(stack, postgres_dsn=dsn, instance_id=f"reg-{unique}"),
-                           registry=CollectorRegistry(), serve_metrics=False)
-    await registry.start()
+    async with control_plane(stack, work, demo, name="e2e", unique=unique,
+                             actor="ci/e2e") as cp:
+        wsettings = worker_settings(
+            stack, demo, work, f"w-e2e-{unique}",
+            # Room for every version of the test (support v1/v2, legal, base): this test is
+            # about resolution and budgets; eviction under slot pressure is the
+            # cache-manager tests' job, and an eviction during the canary split would
+            # change which version a key gets.
+            worker_max_loras=4, worker_max_cpu_loras=6, worker_drain_timeout_s=10.0,
+        )
+        started = time.monotonic()
+        engine = await VllmEngine.start(demo.base_model.dir, wsettings.engine_options())
+        print(f"\n[measure] vLLM engine start {time.monotonic() - started:.1f}s")
+        worker = WorkerApp(wsettings, engine, registry=CollectorRegistry())
+        await worker.start()
 
-    keys = work / "platform-keys"
-    keys.mkdir()
-    shutil.copyfile(demo.keys.public_key, keys / "dev-signing.pub")
-    env = s.client_env()
-    admission = AdmissionApp(
-        AdmissionSettings(
-            postgres_dsn=dsn, kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-            s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
-            artifact_bucket=s.artifact_bucket, admission_metrics_port=0,
-            admission_consumer_group=f"admission-e2e-{unique}",
-            admission_platform_keys_dir=keys, admission_tenant_keys_dir=work / "tenant-keys",
-            admission_quarantine_dir=work / "quarantine", admission_probe_interval_s=1.0,
-            instance_id=f"adm-{unique}",
-        ),
-        registry=CollectorRegistry(), serve_metrics=False,
-    )
-    await admission.start()
+        # fixed ids: the database is private and the session's topics are fresh, and with
+        # a fixed adapter id the sticky split of user-0..999 is a known 9.1 % (no flakiness)
+        tenant_a, tenant_b = "e2e-acme", "e2e-globex"
+        budgets = work / "budgets.yaml"
+        budgets.write_text(
+            "interactive: {budget_ms: 300, on_cold: degrade}\n"
+            "background: {budget_ms: 60000, on_cold: wait}\n"
+            f"overrides:\n  {tenant_b}: {{interactive: {{on_cold: fail_fast}}}}\n"
+        )
+        cm_port = free_port()
+        gateway = GatewayApp(
+            gateway_settings(
+                stack, cp, demo, instance_id=f"gw-{unique}",
+                cache_manager_addr=f"127.0.0.1:{cm_port}", budgets_file=budgets,
+                # The budget story below needs a cold load to be known slower than the
+                # 300 ms interactive budget: keep the 2 s default estimate instead of
+                # learning it from the AdapterLoaded history that other tests' workers
+                # left on cache.state.
+                load_estimate_alpha=0.0,
+            ),
+            registry=CollectorRegistry(), serve_metrics=False,
+        )
+        await gateway.start()
+        await gateway.wait_ready(60)
 
-    wsettings = WorkerSettings(
-        worker_id=f"w-e2e-{unique}", worker_grpc_port=0, worker_metrics_port=0,
-        kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-        s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
-        artifact_bucket=s.artifact_bucket, base_model=demo.base_model.name,
-        base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
-        tokenizer_revision=demo.base_model.tokenizer_revision,
-        # Room for every version of the test (support v1/v2, legal, base): this test is about
-        # resolution and budgets; eviction under slot pressure is the cache-manager tests' job,
-        # and an eviction during the canary split would change which version a key gets.
-        worker_host_dir=work / "worker-host", worker_max_loras=4, worker_max_cpu_loras=6,
-        worker_max_lora_rank=16, worker_state_interval_s=1.0, worker_heat_flush_s=0.5,
-        worker_drain_timeout_s=10.0,
-    )
-    started = time.monotonic()
-    engine = await VllmEngine.start(demo.base_model.dir, wsettings.engine_options())
-    print(f"\n[measure] vLLM engine start {time.monotonic() - started:.1f}s")
-    worker = WorkerApp(wsettings, engine, registry=CollectorRegistry())
-    await worker.start()
-
-    # fixed ids: the database is private and the session's topics are fresh, and with a
-    # fixed adapter id the sticky split of user-0..999 is a known 9.1 % (no flakiness)
-    tenant_a, tenant_b = "e2e-acme", "e2e-globex"
-    budgets = work / "budgets.yaml"
-    budgets.write_text(
-        "interactive: {budget_ms: 300, on_cold: degrade}\n"
-        "background: {budget_ms: 60000, on_cold: wait}\n"
-        f"overrides:\n  {tenant_b}: {{interactive: {{on_cold: fail_fast}}}}\n"
-    )
-    cm_port = _free_port()
-    gateway = GatewayApp(
-        GatewaySettings(
-            kafka_bootstrap=s.kafka_bootstrap, grpc_port=_free_port(), http_port=_free_port(),
-            metrics_port=0, registry_addr=registry.address, registry_token=TOKEN,
-            cache_manager_addr=f"127.0.0.1:{cm_port}", budgets_file=budgets,
-            default_base_model=demo.base_model.name, heat_flush_interval_s=0.5,
-            # The budget story below needs a cold load to be known slower than the 300 ms
-            # interactive budget: keep the 2 s default estimate instead of learning it from
-            # the AdapterLoaded history that other tests' workers left on cache.state.
-            load_estimate_alpha=0.0,
-            instance_id=f"gw-{unique}",
-        ),
-        registry=CollectorRegistry(), serve_metrics=False,
-    )
-    await gateway.start()
-    await gateway.wait_ready(60)
-
-    cli_env = {
-        "LORAPLANE_REGISTRY_ADDR": registry.address,
-        "LORAPLANE_REGISTRY_OPERATOR_TOKEN": TOKEN,
-        "LORAPLANE_REGISTRY_ACTOR": "ci/e2e",
-        "LORAPLANE_S3_ENDPOINT": s.s3_endpoint,
-        "LORAPLANE_S3_ACCESS_KEY": s.s3_access_key,
-        "LORAPLANE_S3_SECRET_KEY": s.s3_secret_key,
-        "LORAPLANE_ARTIFACT_BUCKET": s.artifact_bucket,
-    }
-    launcher = Launcher({**env, "LORAPLANE_POSTGRES_DSN": dsn}, work, unique,
-                        tenants=f"{tenant_a},{tenant_b}")
-    p = Platform(stack, demo, dsn, registry, worker, gateway, launcher, cm_port, cli_env,
-                 tenant_a, tenant_b, work)
-    try:
-        yield p
-    finally:
-        launcher.stop_all()
-        await gateway.stop(1)
-        await worker.stop()
-        await engine.close()
-        del engine
-        gc.collect()
-        await admission.stop()
-        await registry.stop()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        await admin.close()
+        launcher = Launcher({**stack.settings.client_env(), "LORAPLANE_POSTGRES_DSN": cp.dsn},
+                            work, unique, tenants=f"{tenant_a},{tenant_b}")
+        p = Platform(stack, demo, cp.dsn, cp.registry, worker, gateway, launcher, cm_port,
+                     cp.cli_env, tenant_a, tenant_b, work)
+        try:
+            yield p
+        finally:
+            launcher.stop_all()
+            await gateway.stop(1)
+            await worker.stop()
+            await engine.close()
+            del engine
+            gc.collect()
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-async def eventually(check: Any, *, timeout_s: float = 30.0, every_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every_s)
-    raise AssertionError(f"not met within {timeout_s}s; last: {last!r}")
 
 
 class Tenant:
@@ -466,7 +397,7 @@ async def test_release_cold_hot_canary_rollback_refusals_revocation_bootstrap(
     # -- 7. a fresh gateway bootstraps from the registry and the cache manager ----------
     fresh = GatewayApp(
         GatewaySettings(
-            kafka_bootstrap=p.stack.settings.kafka_bootstrap, grpc_port=_free_port(),
+            kafka_bootstrap=p.stack.settings.kafka_bootstrap, grpc_port=free_port(),
             http_port=0, metrics_port=0, registry_addr=p.registry.address,
             registry_token=TOKEN, cache_manager_addr=f"127.0.0.1:{p.manager.grpc_port}",
             consume_events=False, instance_id="gw-bootstrap",

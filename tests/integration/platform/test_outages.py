@@ -26,28 +26,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry
-from typer.testing import CliRunner
 
-from loraplane.admission.app import AdmissionApp
-from loraplane.admission.settings import AdmissionSettings
-from loraplane.cli.main import app as cli_app
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.placement import ANSWERING
-from loraplane.gateway.settings import GatewaySettings
-from loraplane.registry.app import RegistryApp
-from loraplane.registry.testing import TOKEN, registry_settings
 from loraplane.shared.errors import LoraplaneError
-from loraplane.shared.migrations import migrate_up
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc, worker_pb2, worker_pb2_grpc
 from loraplane.worker.app import WorkerApp
-from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
+from tests.integration.platform.support import (
+    control_plane,
+    eventually,
+    gateway_settings,
+    run_cli,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -55,14 +52,6 @@ STALE_S = 5.0
 """The gateway's ``worker_stale_after_s`` in this test."""
 BACKGROUND = common_pb2.REQUEST_CLASS_BACKGROUND
 TENANT = "outage-acme"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -83,11 +72,7 @@ class Platform:
         return dst
 
     async def cli(self, *args: str, ok: bool = True) -> Any:
-        runner = CliRunner()
-        result = await asyncio.to_thread(runner.invoke, cli_app, list(args), env=self.cli_env)
-        if ok:
-            assert result.exit_code == 0, (args, result.stdout, result.stderr)
-        return result
+        return await run_cli(self.cli_env, *args, ok=ok)
 
     async def release(self, version: str, *, ok: bool = True, wait_s: int = 120) -> Any:
         """Release a new version of ``support`` (the demo's support weights, new version)."""
@@ -110,109 +95,49 @@ async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
     unique = uuid.uuid4().hex[:8]
     work = tmp_path_factory.mktemp("outages")
     demo = build_demo()
-    s = stack.settings
-    admin = await asyncpg.connect(s.postgres_dsn)
-    db = f"outage_{unique}"
-    await admin.execute(f'CREATE DATABASE "{db}"')
-    await admin.close()
-    dsn = s.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
-    await asyncio.to_thread(migrate_up, dsn)
-    registry = RegistryApp(registry_settings(stack, postgres_dsn=dsn, instance_id=f"reg-{unique}"),
-                           registry=CollectorRegistry(), serve_metrics=False)
-    await registry.start()
-    keys = work / "platform-keys"
-    keys.mkdir()
-    shutil.copyfile(demo.keys.public_key, keys / "dev-signing.pub")
-    admission = AdmissionApp(
-        AdmissionSettings(
-            postgres_dsn=dsn, kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-            s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
-            artifact_bucket=s.artifact_bucket, admission_metrics_port=0,
-            admission_consumer_group=f"admission-outage-{unique}",
-            admission_platform_keys_dir=keys, admission_tenant_keys_dir=work / "tenant-keys",
-            admission_quarantine_dir=work / "quarantine", admission_probe_interval_s=1.0,
-            instance_id=f"adm-{unique}",
-        ),
-        registry=CollectorRegistry(), serve_metrics=False,
-    )
-    await admission.start()
-    wsettings = WorkerSettings(
-        worker_id=f"w-outage-{unique}", worker_grpc_port=0, worker_metrics_port=0,
-        kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-        s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
-        artifact_bucket=s.artifact_bucket, base_model=demo.base_model.name,
-        base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
-        tokenizer_revision=demo.base_model.tokenizer_revision,
-        worker_host_dir=work / "worker-host", worker_max_loras=2, worker_max_cpu_loras=4,
-        worker_max_lora_rank=16, worker_state_interval_s=1.0, worker_heat_flush_s=0.5,
-    )
-    engine = await VllmEngine.start(demo.base_model.dir, wsettings.engine_options())
-    worker = WorkerApp(wsettings, engine, registry=CollectorRegistry())
-    await worker.start()
-    gateway = GatewayApp(
-        GatewaySettings(
-            kafka_bootstrap=s.kafka_bootstrap, grpc_port=_free_port(), http_port=0,
-            metrics_port=0, registry_addr=registry.address, registry_token=TOKEN,
-            cache_manager_addr=f"127.0.0.1:{_free_port()}",
-            default_base_model=demo.base_model.name, heat_flush_interval_s=0.5,
-            worker_stale_after_s=STALE_S, worker_probe_interval_s=0.5,
-            instance_id=f"gw-outage-{unique}",
-        ),
-        registry=CollectorRegistry(), serve_metrics=False,
-    )
-    await gateway.start()
-    await gateway.wait_ready(60)
-    cli_env = {
-        "LORAPLANE_REGISTRY_ADDR": registry.address,
-        "LORAPLANE_REGISTRY_OPERATOR_TOKEN": TOKEN,
-        "LORAPLANE_REGISTRY_ACTOR": "ci/outages",
-        "LORAPLANE_S3_ENDPOINT": s.s3_endpoint,
-        "LORAPLANE_S3_ACCESS_KEY": s.s3_access_key,
-        "LORAPLANE_S3_SECRET_KEY": s.s3_secret_key,
-        "LORAPLANE_ARTIFACT_BUCKET": s.artifact_bucket,
-    }
-    p = Platform(stack, demo, gateway, worker, cli_env, work)
-    try:
-        await p.cli("tenants", "create", TENANT, "--priority", "gold")
-        p.key = json.loads((await p.cli("keys", "create", TENANT, "--json")).stdout)["secret"]
-        await p.release("2026-11-01.1")
-        await p.cli("promote", f"{TENANT}/support", "2026-11-01.1", "--reason", "outage test")
-        g = gateway.gateway
+    async with control_plane(stack, work, demo, name="outage", unique=unique,
+                             actor="ci/outages") as cp:
+        wsettings = worker_settings(stack, demo, work, f"w-outage-{unique}",
+                                    worker_max_loras=2, worker_max_cpu_loras=4)
+        engine = await VllmEngine.start(demo.base_model.dir, wsettings.engine_options())
+        worker = WorkerApp(wsettings, engine, registry=CollectorRegistry())
+        await worker.start()
+        gateway = GatewayApp(
+            gateway_settings(stack, cp, demo, instance_id=f"gw-outage-{unique}", http_port=0,
+                             worker_stale_after_s=STALE_S, worker_probe_interval_s=0.5),
+            registry=CollectorRegistry(), serve_metrics=False,
+        )
+        await gateway.start()
+        await gateway.wait_ready(60)
+        p = Platform(stack, demo, gateway, worker, cp.cli_env, work)
+        try:
+            await p.cli("tenants", "create", TENANT, "--priority", "gold")
+            p.key = json.loads((await p.cli("keys", "create", TENANT, "--json")).stdout)[
+                "secret"]
+            await p.release("2026-11-01.1")
+            await p.cli("promote", f"{TENANT}/support", "2026-11-01.1", "--reason",
+                        "outage test")
+            g = gateway.gateway
 
-        async def promoted() -> bool:
-            try:
-                return bool(g.catalog.lookup(TENANT, "support").release.stable == "2026-11-01.1"
-                            and TENANT in g.auth.tenants
-                            and g.placement.routable(demo.base_model.name))
-            except LoraplaneError:
-                return False
+            async def promoted() -> bool:
+                try:
+                    return bool(
+                        g.catalog.lookup(TENANT, "support").release.stable == "2026-11-01.1"
+                        and TENANT in g.auth.tenants
+                        and g.placement.routable(demo.base_model.name))
+                except LoraplaneError:
+                    return False
 
-        await eventually(promoted, timeout_s=60)
-        yield p
-    finally:
-        for comp in (stack.seaweedfs, stack.tansu, stack.postgres):
-            comp.start()  # a failed case must not leave the session's stack down
-        await gateway.stop(1)
-        await worker.stop()
-        await engine.close()
-        del engine
-        gc.collect()
-        await admission.stop()
-        await registry.stop()
-        admin = await asyncpg.connect(s.postgres_dsn)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        await admin.close()
-
-
-async def eventually(check: Any, *, timeout_s: float = 30.0, every_s: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every_s)
-    raise AssertionError(f"not met within {timeout_s}s; last: {last!r}")
+            await eventually(promoted, timeout_s=60, every_s=0.2)
+            yield p
+        finally:
+            for comp in (stack.seaweedfs, stack.tansu, stack.postgres):
+                comp.start()  # a failed case must not leave the session's stack down
+            await gateway.stop(1)
+            await worker.stop()
+            await engine.close()
+            del engine
+            gc.collect()
 
 
 @dataclass
