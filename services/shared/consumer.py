@@ -115,9 +115,12 @@ class Ready(Enum):
     ASSIGNED = "assigned"
     """While the current consumer holds partitions (cleared at each restart)."""
     CAUGHT_UP = "caught_up"
-    """After an empty poll once records stopped arriving, or ``empty_grace_s`` of empty
-    polls (empty topics); a few empty polls are not enough: the first fetch from a loaded
-    broker can take longer than that. Never cleared."""
+    """Once every assigned partition's position reached the end offset it had when the
+    consumer started (records up to there handled), so a slow broker's empty polls in the
+    middle of a replay never count as the end; an empty topic is caught up at once. A
+    consumer without ``end_offsets`` (an in-memory fake) falls back to an empty poll after
+    data, and a consumer with nothing assigned to ``empty_grace_s`` of empty polls
+    (topics not created yet). Never cleared."""
 
 
 class OffsetTracker:
@@ -167,6 +170,8 @@ class _Session:
         self.tasks: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None
         self.seen_data = False
+        self.ends: dict[Any, int] | None = None
+        """End offsets of the assigned partitions when first asked (``Ready.CAUGHT_UP``)."""
         self.started = time.monotonic()
         self.broker_back = False
 
@@ -372,6 +377,8 @@ class ConsumerLoop:
                                                max_records=self._max_records)
                 self._mark_ready(session, consumer, bool(batch))
                 await self._handle(session, batch)
+                if self._ready_when is Ready.CAUGHT_UP and not self.ready.is_set():
+                    await self._mark_caught_up(session, consumer, bool(batch))
                 if self._lane is not None:
                     await self._commit_points(session)
             if session.failure is not None:
@@ -401,15 +408,30 @@ class ConsumerLoop:
 
     def _mark_ready(self, session: _Session, consumer: Consumer, data: bool) -> None:
         rule = self._ready_when
-        if rule is Ready.FETCHED:
+        if rule is Ready.FETCHED or (rule is Ready.ASSIGNED and consumer.assignment()):
             self.ready.set()
-        elif rule is Ready.ASSIGNED:
-            if consumer.assignment():
+
+    async def _mark_caught_up(self, session: _Session, consumer: Consumer, data: bool) -> None:
+        """``Ready.CAUGHT_UP`` after a batch was handled (see :class:`Ready`)."""
+        ends_of = getattr(consumer, "end_offsets", None)
+        if ends_of is None:  # in-memory fake: an empty poll after data
+            if data:
+                session.seen_data = True
+            elif session.seen_data or time.monotonic() - session.started >= self._empty_grace_s:
                 self.ready.set()
-        elif data:
-            session.seen_data = True
-        elif session.seen_data or time.monotonic() - session.started >= self._empty_grace_s:
-            self.ready.set()
+            return
+        parts = consumer.assignment()
+        if not parts:  # topics not there (yet): the grace decides
+            if time.monotonic() - session.started >= self._empty_grace_s:
+                self.ready.set()
+            return
+        if session.ends is None or not parts <= session.ends.keys():
+            ends = await ends_of(sorted(parts, key=lambda tp: (tp.topic, tp.partition)))
+            session.ends = {**ends, **(session.ends or {})}
+        for tp in parts:
+            if await consumer.position(tp) < session.ends[tp]:  # type: ignore[attr-defined]
+                return
+        self.ready.set()
 
     async def _handle(self, session: _Session, batch: Batch) -> None:
         if self._on_batch is not None:

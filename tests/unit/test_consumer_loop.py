@@ -245,3 +245,74 @@ def test_offset_tracker_never_commits_the_position_it_read_from() -> None:
     assert t.commit_points() == {}
     t.finished(tp, 7)
     assert t.commit_points() == {tp: 8}
+
+
+@dataclass
+class LaggingConsumer:
+    """A slow broker: one record per poll, an empty poll between two, and the Kafka end
+    offsets / positions the caught-up rule reads."""
+
+    log: dict[TP, list[Rec]]
+    at: dict[TP, int] = field(default_factory=dict)
+    empty_next: bool = False
+
+    async def start(self) -> None:
+        self.at = {tp: 0 for tp in self.log}
+
+    async def stop(self) -> None:
+        return None
+
+    async def getmany(self, *_: Any, timeout_ms: int = 0, max_records: int | None = None
+                      ) -> dict[TP, list[Rec]]:
+        await asyncio.sleep(0.001)
+        self.empty_next = not self.empty_next
+        if not self.empty_next:
+            return {}
+        for tp, recs in self.log.items():
+            if self.at[tp] < len(recs):
+                self.at[tp] += 1
+                return {tp: [recs[self.at[tp] - 1]]}
+        return {}
+
+    async def commit(self, offsets: Any = None) -> None:
+        return None
+
+    async def topics(self) -> set[str]:
+        return {"t"}
+
+    def assignment(self) -> set[TP]:
+        return set(self.log)
+
+    async def end_offsets(self, partitions: list[TP]) -> dict[TP, int]:
+        return {tp: len(self.log[tp]) for tp in partitions}
+
+    async def position(self, tp: TP) -> int:
+        return self.at[tp]
+
+
+async def test_caught_up_means_the_end_offsets_read_not_the_first_empty_poll() -> None:
+    log = _log(3, 2)
+    applied: list[str] = []
+    seen_when_ready: list[int] = []
+    consumer = LaggingConsumer(log)
+
+    async def on_record(record: Rec) -> None:
+        applied.append(record.value)
+
+    loop = ConsumerLoop("t", factory=lambda: consumer, on_record=on_record, commit=False,
+                        poll_timeout_ms=5, ready_when=Ready.CAUGHT_UP, empty_grace_s=0.0)
+    task = asyncio.create_task(loop.run())
+    await _until(loop.ready.is_set)
+    seen_when_ready.append(len(applied))
+    loop.stop()
+    await task
+    # empty polls came between every record; ready only once all five were applied
+    assert seen_when_ready == [5]
+
+    empty = LaggingConsumer({TP("t", 0): []})
+    graced = ConsumerLoop("t", factory=lambda: empty, on_record=on_record, commit=False,
+                          poll_timeout_ms=5, ready_when=Ready.CAUGHT_UP, empty_grace_s=60.0)
+    task = asyncio.create_task(graced.run())
+    await _until(graced.ready.is_set)  # an empty topic is at its end at once, no grace
+    graced.stop()
+    await task
