@@ -64,12 +64,15 @@ class ServiceSpec:
 
 REPLICA_PORT_STRIDE = 20
 """Port shift between replicas of a service (offsets 51–65 + 20 · i stay clear of the
-stack's own 1–18)."""
+stack's own 1–18; only the worker is replicated, so its 54 / 64 + 20 · i must miss every
+other service's offset: 51, 53, 55–57, 61–63, 65)."""
 
 SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("registry", "loraplane.registry.__main__", {"GRPC_PORT": 51}, 61),
     ServiceSpec("admission", "loraplane.admission.__main__", {}, 62),
-    ServiceSpec("cache-manager", "loraplane.cache_manager.__main__", {"GRPC_PORT": 53}, 63),
+    # PAGE_PORT: the placement page (/placement, operator token), on in every stack.
+    ServiceSpec("cache-manager", "loraplane.cache_manager.__main__",
+                {"GRPC_PORT": 53, "PAGE_PORT": 57}, 63),
     ServiceSpec("worker", "loraplane.worker.__main__", {"GRPC_PORT": 54}, 64, 300.0, True),
     ServiceSpec("gateway", "loraplane.gateway.__main__", {"GRPC_PORT": 55, "HTTP_PORT": 56}, 65),
 )

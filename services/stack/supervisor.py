@@ -73,6 +73,19 @@ def service_env(s: StackSettings, extra: dict[str, str] | None = None) -> dict[s
     return env
 
 
+def placement_page(s: StackSettings, env: dict[str, str]) -> str | None:
+    """The banner line of the cache manager's placement page (None when the cache manager
+    is not built). The URL carries ``?token=`` only for the stack's own dev token (a
+    constant of this file, no secret); any other operator token is named, never printed."""
+    spec = next(svc for svc in SERVICES if svc.name == "cache-manager")
+    if not spec.exists():
+        return None
+    url = f"http://127.0.0.1:{spec.ports(s)['PAGE_PORT']}/placement"
+    if env.get("LORAPLANE_REGISTRY_OPERATOR_TOKEN") == DEV_OPERATOR_TOKEN:
+        return f"{url}?token={DEV_OPERATOR_TOKEN}  (the dev operator token)"
+    return f"{url}  (operator token: ?token=$LORAPLANE_REGISTRY_OPERATOR_TOKEN)"
+
+
 def replica_env(s: StackSettings, spec: ServiceSpec, replica: int) -> dict[str, str]:
     """What differs between replicas of a service: its ports and, for a worker, its id
     and WARM-tier directory (``worker-0`` keeps ``worker-host``)."""
@@ -403,6 +416,9 @@ def run_foreground(
         write_env_file(env_file, sup.demo_env(seeded))
         sup.echo(f"platform up in {timings['total']:.1f}s; wrote {env_file}")
         sup.echo("  point clients at it:  set -a; . .loraplane/demo.env; set +a")
+        page = placement_page(sup.s, sup.env)
+        if page is not None:
+            sup.echo(f"  placement page:       {page}")
         sup.echo("  health:               make status")
         sup.echo("serving; Ctrl-C stops everything")
         sup.watch()

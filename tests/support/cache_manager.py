@@ -374,6 +374,9 @@ class Launcher:
         env.update({
             "LORAPLANE_CACHE_MANAGER_GRPC_PORT": str(grpc_port),
             "LORAPLANE_CACHE_MANAGER_METRICS_PORT": str(metrics_port),
+            # Off unless asked (env_over): a shell that sourced demo.env carries make run's
+            # page port, which a second instance (or make run itself) already holds.
+            "LORAPLANE_CACHE_MANAGER_PAGE_PORT": "0",
             "LORAPLANE_CACHE_MANAGER_LOCK_KEY": str(self.lock_key),
             "LORAPLANE_CACHE_MANAGER_CONSUMER_GROUP": self.group,
             "LORAPLANE_CACHE_MANAGER_RULES_FILE": str(rules_file),

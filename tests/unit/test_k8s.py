@@ -647,6 +647,13 @@ def test_prometheus_and_operators_get_in_where_they_must() -> None:
     assert allowed(OPERATOR, pod("registry"), 50051)
     assert allowed(OPERATOR, pod("cache-manager"), 50053)
     assert not allowed(OPERATOR, pod("worker"), 50054)
+    # The placement page: on, for operators only (not the gateway, tenants or Prometheus).
+    cm = main_container(workloads()["cache-manager"])
+    page = int(literal(env_of(cm), "LORAPLANE_CACHE_MANAGER_PAGE_PORT"))
+    assert page and container_ports(cm)["page"] == page
+    assert allowed(OPERATOR, pod("cache-manager"), page)
+    for outsider in (pod("gateway"), PROMETHEUS, TENANT_POD, INTERNET):
+        assert not allowed(outsider, pod("cache-manager"), page), outsider.name
 
 
 def test_evaluator_denies_what_a_policy_leaves_out() -> None:

@@ -11,10 +11,12 @@ import pytest
 
 from loraplane.stack.components import Component, Health
 from loraplane.stack.services import REPLICA_PORT_STRIDE, SERVICES, scrape_targets
-from loraplane.stack.settings import StackSettings
+from loraplane.stack.settings import PORT_OFFSETS, StackSettings
 from loraplane.stack.supervisor import (
+    DEV_OPERATOR_TOKEN,
     Supervisor,
     backoff_s,
+    placement_page,
     read_restarts,
     service_env,
     service_processes,
@@ -200,6 +202,47 @@ def test_two_workers_by_default_each_with_its_own_ports_id_and_state(
     one = StackSettings(profile="run", port_base=24000, data_dir=settings.root, workers=1)
     assert [p.name for p in service_processes(one, service_env(one))
             if p.spec.name == "worker"] == ["svc-worker"]
+
+
+MAX_WORKERS = next(m.le for m in StackSettings.model_fields["workers"].metadata
+                   if getattr(m, "le", None) is not None)
+
+
+@pytest.mark.parametrize("profile", ["run", "test"])
+@pytest.mark.parametrize("workers", range(1, MAX_WORKERS + 1))
+def test_port_plan_has_no_collisions(profile: str, workers: int, tmp_path: Path) -> None:
+    # Every port of the stack's components and of every replica of every service, at every
+    # worker count the settings allow: one owner each, all inside the port block.
+    s = StackSettings(profile=profile, data_dir=tmp_path, workers=workers)  # type: ignore[arg-type]
+    assert s.port_base is not None
+    owners: dict[int, list[str]] = {}
+    for name in PORT_OFFSETS:
+        owners.setdefault(getattr(s, name), []).append(name)
+    for spec in SERVICES:
+        for i in range(spec.replicas(s)):
+            for var, port in spec.ports(s, i).items():
+                owners.setdefault(port, []).append(f"{spec.instance(i)}.{var}")
+    shared = {port: names for port, names in owners.items() if len(names) > 1}
+    assert not shared, f"ports with two owners: {shared}"
+    assert all(s.port_base < port < s.port_base + 1000 for port in owners)
+
+
+def test_the_placement_page_is_on_with_the_dev_token(settings: StackSettings) -> None:
+    env = service_env(settings)
+    assert settings.port_base is not None
+    assert env["LORAPLANE_CACHE_MANAGER_PAGE_PORT"] == str(settings.port_base + 57)
+    assert env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"] == DEV_OPERATOR_TOKEN
+    proc = next(p for p in service_processes(settings, env) if p.spec.name == "cache-manager")
+    assert proc.env()["LORAPLANE_CACHE_MANAGER_PAGE_PORT"] == str(settings.port_base + 57)
+    line = placement_page(settings, env)
+    assert line is not None
+    assert line.startswith(f"http://127.0.0.1:{settings.port_base + 57}/placement"
+                           f"?token={DEV_OPERATOR_TOKEN}")
+    # Any other operator token is never printed.
+    own = service_env(settings, {"LORAPLANE_REGISTRY_OPERATOR_TOKEN": "an-operators-own-token"})
+    line = placement_page(settings, own)
+    assert line is not None and "an-operators-own-token" not in line
+    assert line.startswith(f"http://127.0.0.1:{settings.port_base + 57}/placement ")
 
 
 def test_a_busy_component_missing_checks_is_restarted_only_when_hung(
