@@ -1,4 +1,9 @@
-"""``python -m loraplane.admission``: run the admission service until SIGTERM / SIGINT."""
+"""``python -m loraplane.admission``: run the admission service until SIGTERM / SIGINT.
+
+``--help`` lists the settings (generated from :class:`AdmissionSettings`) and where the
+catalogue and migrations resolve; no other argument is taken
+(:mod:`loraplane.shared.service_cli`).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,18 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 
 from pydantic import ValidationError
 
 from loraplane.admission.app import AdmissionApp
 from loraplane.admission.settings import AdmissionSettings
+from loraplane.shared.resources import migrations_dir
+from loraplane.shared.service_cli import ShippedFile, parse_service_args
+
+SUMMARY = """Admission: checks every released adapter version (files, safetensors, LoRA
+config against the base-model catalogue, signature) and publishes its verdict on
+adapter.admissions."""
 
 
 async def serve(settings: AdmissionSettings) -> None:
@@ -27,8 +39,16 @@ async def serve(settings: AdmissionSettings) -> None:
     await app.stop()
 
 
-def main() -> int:
-    """Entry point; exit 2 on a configuration error."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; exit 2 on a configuration error or an argument (``--help`` aside)."""
+    catalogue = AdmissionSettings.model_fields["admission_catalogue_path"].default
+    parse_service_args(
+        argv, prog="python -m loraplane.admission", summary=SUMMARY, settings=AdmissionSettings,
+        files=[ShippedFile("catalogue", catalogue,
+                           "when LORAPLANE_ADMISSION_CATALOGUE_PATH is unset"),
+               ShippedFile("migrations", migrations_dir(),
+                           "its schema, applied by `loraplane db migrate` with dbmate")],
+    )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

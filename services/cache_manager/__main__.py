@@ -2,7 +2,9 @@
 
 Environment: ``LORAPLANE_CACHE_MANAGER_*`` (see :mod:`loraplane.cache_manager.settings`)
 plus the common ``LORAPLANE_POSTGRES_DSN`` / ``LORAPLANE_KAFKA_BOOTSTRAP``. Start two
-for failover: the second stands by until the first dies.
+for failover: the second stands by until the first dies. ``--help`` lists every
+variable (generated from :class:`CacheManagerSettings`) and where the rules, policy and
+migrations resolve; no other argument is taken (:mod:`loraplane.shared.service_cli`).
 """
 
 from __future__ import annotations
@@ -11,20 +13,27 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Sequence
 
 from loraplane.cache_manager.grpc_api import CacheManagerApi
 from loraplane.cache_manager.metrics import CacheMetrics
 from loraplane.cache_manager.page import create_page_app, page_server
-from loraplane.cache_manager.rules import RulesConfig, load_rules
+from loraplane.cache_manager.rules import DEFAULT_RULES_PATH, RulesConfig, load_rules
 from loraplane.cache_manager.service import CacheManagerService
 from loraplane.cache_manager.settings import CacheManagerSettings
-from loraplane.policy.config import PolicyConfig, load_config
+from loraplane.policy.config import DEFAULT_CONFIG_PATH, PolicyConfig, load_config
 from loraplane.shared.grpcutil import Service, build_server
 from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.shared.metrics import start_metrics_server
+from loraplane.shared.resources import migrations_dir
+from loraplane.shared.service_cli import ShippedFile, parse_service_args
 from loraplane.v1 import cache_pb2_grpc
 
 log = logging.getLogger("loraplane.cache_manager")
+
+SUMMARY = """The cache manager: plans which adapter versions are HOT, WARM or COLD on which
+worker (the cache policy plus the business rules) and commands the workers over Kafka.
+One leader per deployment (PostgreSQL advisory lock); further instances stand by."""
 
 
 async def serve(
@@ -83,8 +92,18 @@ async def serve(
         await server.stop(settings.cache_manager_grace_s)
 
 
-def main() -> None:
-    """Entry point."""
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point; exit 2 on an argument (``--help`` aside)."""
+    parse_service_args(
+        argv, prog="python -m loraplane.cache_manager", summary=SUMMARY,
+        settings=CacheManagerSettings,
+        files=[ShippedFile("rules", DEFAULT_RULES_PATH,
+                           "when LORAPLANE_CACHE_MANAGER_RULES_FILE is unset"),
+               ShippedFile("policy", DEFAULT_CONFIG_PATH,
+                           "when the rules' policy_config is null"),
+               ShippedFile("migrations", migrations_dir(),
+                           "its schema, applied by `loraplane db migrate` with dbmate")],
+    )
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)

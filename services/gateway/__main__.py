@@ -1,15 +1,25 @@
-"""``python -m loraplane.gateway``: run the gateway until SIGINT / SIGTERM."""
+"""``python -m loraplane.gateway``: run the gateway until SIGINT / SIGTERM.
+
+``--help`` lists the settings (generated from :class:`GatewaySettings`); no other
+argument is taken (:mod:`loraplane.shared.service_cli`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+from collections.abc import Sequence
 
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.settings import GatewaySettings
+from loraplane.shared.service_cli import parse_service_args
 
 log = logging.getLogger("loraplane.gateway")
+
+SUMMARY = """The gateway: the public gRPC API (loraplane.v1.Inference) and the
+OpenAI-compatible HTTP API. Authenticates API keys, resolves the adapter version, applies
+quotas and cold-start budgets, and routes each request to a worker holding it."""
 
 
 async def serve(settings: GatewaySettings) -> None:
@@ -28,8 +38,13 @@ async def serve(settings: GatewaySettings) -> None:
     await app.stop()
 
 
-def main() -> None:
-    """Entry point."""
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point; exit 2 on an argument (``--help`` aside)."""
+    parse_service_args(
+        argv, prog="python -m loraplane.gateway", summary=SUMMARY, settings=GatewaySettings,
+        notes="The gateway ships no config file and uses no database: budgets are the "
+              "built-in defaults unless LORAPLANE_GATEWAY_BUDGETS_FILE names a YAML file.",
+    )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = GatewaySettings()
     if settings.uvloop:

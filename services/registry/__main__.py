@@ -1,4 +1,8 @@
-"""``python -m loraplane.registry``: run the registry until SIGTERM / SIGINT."""
+"""``python -m loraplane.registry``: run the registry until SIGTERM / SIGINT.
+
+``--help`` lists the settings (generated from :class:`RegistrySettings`) and where the
+migrations resolve; no other argument is taken (:mod:`loraplane.shared.service_cli`).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,18 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 
 from pydantic import ValidationError
 
 from loraplane.registry.app import RegistryApp
 from loraplane.registry.settings import RegistrySettings
+from loraplane.shared.resources import migrations_dir
+from loraplane.shared.service_cli import ShippedFile, parse_service_args
+
+SUMMARY = """The adapter registry: tenants, adapters, versions, releases and API keys in
+PostgreSQL behind the RegistryAdmin gRPC API; publishes lifecycle events through its
+outbox and records admission verdicts from adapter.admissions."""
 
 
 async def serve(settings: RegistrySettings) -> None:
@@ -27,8 +38,14 @@ async def serve(settings: RegistrySettings) -> None:
     await app.stop()
 
 
-def main() -> int:
-    """Entry point; exit 2 on a configuration error."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; exit 2 on a configuration error or an argument (``--help`` aside)."""
+    parse_service_args(
+        argv, prog="python -m loraplane.registry", summary=SUMMARY, settings=RegistrySettings,
+        files=[ShippedFile("migrations", migrations_dir(),
+                           "its schema, applied by `loraplane db migrate` with dbmate")],
+        notes="LORAPLANE_REGISTRY_OPERATOR_TOKEN (16 characters or more) is required.",
+    )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -8,7 +8,9 @@ the ``__main__`` guard.
 The spawned engine-core process runs this module's top level again (as
 ``__mp_main__``), so the worker's own modules are imported inside :func:`main`: the
 engine core imports vLLM and nothing of the worker it does not use (seconds saved on
-every start of a loaded host).
+every start of a loaded host). The same holds for :func:`run`, the command line
+(``--help`` lists the settings, generated from :class:`WorkerSettings`, and where the
+policy file resolves; no other argument is taken: :mod:`loraplane.shared.service_cli`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 
 log = logging.getLogger("loraplane.worker")
 
@@ -54,6 +57,29 @@ async def main() -> int:
     return 1 if app.engine_failed.is_set() else 0
 
 
-if __name__ == "__main__":
+SUMMARY = """One inference worker: a vLLM engine serving a base model and its LoRA
+adapters (HOT in the engine, WARM on local disk, COLD in the artifact bucket), executing
+the cache manager's commands from Kafka and reporting its state and heat."""
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """The command line: ``--help`` (exit 0), any other argument (exit 2), none: the
+    worker (:func:`main`)."""
+    from loraplane.policy.config import DEFAULT_CONFIG_PATH
+    from loraplane.shared.service_cli import ShippedFile, parse_service_args
+    from loraplane.worker.settings import WorkerSettings
+
+    parse_service_args(
+        argv, prog="python -m loraplane.worker", summary=SUMMARY, settings=WorkerSettings,
+        files=[ShippedFile("policy", DEFAULT_CONFIG_PATH,
+                           "when LORAPLANE_WORKER_POLICY_FILE is unset")],
+        notes="Without LORAPLANE_BASE_MODEL_DIR, LORAPLANE_BASE_MODEL and "
+              "LORAPLANE_TRUSTED_KEYS the base model and the trusted key come from the "
+              "demo build in LORAPLANE_MODELS_DIR (built on first start).",
+    )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    sys.exit(asyncio.run(main()))
+    return asyncio.run(main())
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,20 +1,33 @@
 """A wheel built from the checkout, installed in a fresh venv outside it, finds its default
-config and migrations (package resources, :mod:`loraplane.shared.resources`) and holds no
+config and migrations (package resources, :mod:`loraplane.shared.resources`), starts every
+service's ``--help`` (which names those files as they resolve in the venv) and holds no
 test or bench code. Offline: the wheel is installed with ``--no-index --no-deps``; its
 dependencies come from this venv's site-packages through a ``.pth`` file."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import sysconfig
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+SERVICES = {  # module -> the shipped files its --help names
+    "registry": {"migrations"},
+    "admission": {"catalogue", "migrations"},
+    "cache_manager": {"rules", "policy", "migrations"},
+    "worker": {"policy"},
+    "gateway": set(),
+}
+SHIPPED = re.compile(r"^  (\w+): +(/\S+)$", re.MULTILINE)
 
 PROBE = """
 import json, loraplane
@@ -78,3 +91,38 @@ def test_the_wheel_holds_no_test_or_bench_code(installed: Path) -> None:
              "worker/bench_cold.py", "admission/bench.py", "registry/bench.py",
              "cache_manager/bench.py")
     assert not [n for n in names if n.removeprefix("loraplane/") in moved]
+
+
+def _run_in_venv(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LORAPLANE_") and k != "PYTHONPATH"}
+    return subprocess.run([str(venv / "bin" / "python"), *args], check=False,
+                          capture_output=True, text=True, cwd=venv, env=env, timeout=120)
+
+
+def test_every_installed_service_answers_help_with_its_files_in_the_venv(
+        installed: Path) -> None:
+    venv = installed.parents[1] / "venv"
+    calls = [(name, flag) for name in SERVICES for flag in ("--help", "--no-such-flag")]
+    with ThreadPoolExecutor(len(calls)) as pool:
+        results = dict(zip(calls, pool.map(
+            lambda c: _run_in_venv(venv, "-m", f"loraplane.{c[0]}", c[1]), calls), strict=True))
+    for name, labels in SERVICES.items():
+        out = results[(name, "--help")]
+        assert out.returncode == 0, (name, out.stderr[-2000:])
+        text = out.stdout
+        assert text.startswith(f"usage: python -m loraplane.{name}"), (name, text[:200])
+        assert "LORAPLANE_KAFKA_BOOTSTRAP" in text and " = " in text, name
+        assert not out.stderr, (name, out.stderr[-2000:])  # nothing started, nothing logged
+        shipped = text.split("shipped defaults", 1)[1]
+        found = dict(SHIPPED.findall(shipped))
+        assert set(found) == labels, (name, found)
+        for label, path in found.items():
+            assert Path(path).is_relative_to(venv) and Path(path).exists(), (name, label, path)
+        assert "[missing]" not in shipped, (name, shipped)
+        if "migrations" in found:
+            assert len(list(Path(found["migrations"]).glob("*.sql"))) == len(
+                list((REPO / "migrations").glob("*.sql")))
+        bad = results[(name, "--no-such-flag")]
+        assert bad.returncode == 2, (name, bad.returncode, bad.stdout[-500:])
+        assert "unrecognized arguments: --no-such-flag" in bad.stderr, (name, bad.stderr[-2000:])
