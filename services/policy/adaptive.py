@@ -53,6 +53,8 @@ Routing assumption (the simulator's): a version is served by one slot group and
 one worker.
 """
 
+# The hot loops write `if b > a: a = b` for max(a, b) (the same value, no call).
+# ruff: noqa: PLR1730
 from __future__ import annotations
 
 import math
@@ -94,7 +96,7 @@ class _HeatRank:
     them pushes a new entry. So a request usually costs no heap operation.
     """
 
-    __slots__ = ("alive", "death", "dies", "ends", "heat", "key", "n")
+    __slots__ = ("alive", "death", "dies", "ends", "heat", "key", "lim", "n")
 
     def __init__(self, n: int, heat: list[float], ends: list[float]) -> None:
         self.alive: list[tuple[float, int]] = []
@@ -107,6 +109,8 @@ class _HeatRank:
         self.ends = ends
         self.n = 0
         """Members."""
+        self.lim = 128
+        """Entries (both heaps) beyond which :meth:`evict` drops stale ones."""
 
     def put(self, v: int, _push: object = heappush) -> None:
         """Add ``v`` or take its new heat and end into account."""
@@ -252,8 +256,9 @@ class _HeatRank:
             self.n -= 1
             key[u] = None
             dies[u] = _NEVER
-            if len(alive) > 4 * self.n + 64 or len(death) > 4 * self.n + 64:
+            if len(alive) + len(death) > self.lim:
                 self.compact()
+                self.lim = 8 * self.n + 128
             return
 
     def rank(self, u: int, clock: float) -> tuple[float, float]:
@@ -349,13 +354,6 @@ class AdaptiveHeatOnline:
         inter-arrival gap (0: unknown); [6] Σ HOT penalty of each request's class (its mean:
         ``/ requests``); [7] Σ WARM penalty; [8] latency-sensitive (not background) requests;
         [9] seconds of the last request (wall-clock business rules)."""
-        self._last = [_GONE] * n
-        """Request clock of the last request (also in ``_st``; read by the victim searches)."""
-        self._last_s = [-math.inf] * n
-        """Seconds of the last request (also in ``_st``)."""
-        self._worth = [1.0] * n
-        """Request-equivalents of one request from COLD (1 + penalty of the class mix): the
-        WARM shadows' score weight."""
         self._hkey = [0.0] * n
         """HOT heat key (rebased) as of the last request."""
         self._hdies = [_NEVER] * n
@@ -415,6 +413,8 @@ class AdaptiveHeatOnline:
         self._sh_tenant_l0 = self._sh_tenant_l[0]
         self._sh_used = [[0, 0] for _ in range(n_w)]
         self._sh_n = [[0, 0] for _ in range(n_w)]
+        self._sh_compact_at = [128] * n_w
+        """Per worker: shadow heap entries (both heaps) beyond which stale ones are dropped."""
         self._sh_l = [0.0] * n_w
         self._score_warm = [[0.0, 0.0] for _ in range(n_w)]
         self._warm_keep = 1.0 - 1.0 / max(
@@ -468,37 +468,24 @@ class AdaptiveHeatOnline:
         eh = _exp(rel * self._inv_tau)
         ew = _exp(rel * self._inv_tau_w)
         st = self._st[v]
-        kh = st[0] + eh
-        st[0] = kh
-        kw = st[1] + ew
-        st[1] = kw
-        count = st[2] + 1
-        st[2] = count
-        last = st[4]
-        sessions = st[3]
+        kh, kw, count, sessions, last, g0, ph, pw, latency, last_s = st
+        kh += eh
+        kw += ew
+        count += 1
         if i - last > self._gap_session:
             sessions += 1
-            st[3] = sessions
         if last != _GONE:
-            g0 = st[5]
             g0 = i - last if g0 == 0.0 else g0 + _SMOOTH * (i - last - g0)
-            st[5] = g0
             if self._dead_gaps:
                 self._hdies[v] = i + self._dead_gaps * g0
-        st[4] = i
-        self._last[v] = i
-        if now > st[9]:
-            st[9] = now
-            self._last_s[v] = now
+        if now > last_s:
+            last_s = now
         c = self._classes[i]
-        ph = st[6] + self._pen_hot[v][c]
-        st[6] = ph
-        pw = st[7] + self._pen_warm[v][c]
-        st[7] = pw
-        latency = st[8]
+        ph += self._pen_hot[v][c]
+        pw += self._pen_warm[v][c]
         if c != _BACKGROUND:
             latency += 1
-            st[8] = latency
+        st[:] = (kh, kw, count, sessions, i, g0, ph, pw, latency, last_s)
         worth = 1.0 + pw / count
         p = self._priorities[i]
         canary = self._canary[i]
@@ -511,7 +498,6 @@ class AdaptiveHeatOnline:
         self._wheat[v] = wheat
         reuse = (sessions + self._beta * count) * (1.0 + self._tail[v] * latency / count) * inv
         self._reuse[v] = reuse
-        self._worth[v] = worth
         kind = self._prot_of[canary][p]
         if kind != self._prot[v]:
             self._reprotect(v, kind)
@@ -522,14 +508,18 @@ class AdaptiveHeatOnline:
         if self._n_w == 1:
             self._tenant_l0[tenant] = self._gdsf_l[0]
             self._sh_tenant_l0[tenant] = self._sh_l[0]
+            g = self._group_of[v]
+            if g < 0:
+                return  # first request: the shadows learn v's group when it is served
+            w = 0
         else:
             for w in range(self._n_w):
                 self._tenant_l[w][tenant] = self._gdsf_l[w]
                 self._sh_tenant_l[w][tenant] = self._sh_l[w]
-        g = self._group_of[v]
-        if g < 0:
-            return  # first request: the shadows learn v's group when it is served
-        w = self._worker_of[v]
+            g = self._group_of[v]
+            if g < 0:
+                return  # first request: the shadows learn v's group when it is served
+            w = self._worker_of[v]
         if kind == _CANARY:
             cp = self._canary_prot[w]
             if v in cp:
@@ -548,11 +538,12 @@ class AdaptiveHeatOnline:
                 lru.popitem(last=False)
             lru[v] = None
         heat = self._sh_heat[g]
-        k = heat.key[v]
+        hk = heat.key
+        k = hk[v]
         if k is not None:
             s1 += 1.0
             if hkey < k:
-                heat.key[v] = hkey
+                hk[v] = hkey
                 heappush(heat.alive, (hkey, v))
             d = self._hdies[v]
             if d < heat.dies[v]:
@@ -561,19 +552,28 @@ class AdaptiveHeatOnline:
         else:
             if heat.n >= self._slots:
                 heat.evict(i)
-            heat.put(v)
+            # _HeatRank.put of a new member, inline
+            heat.n += 1
+            hk[v] = hkey
+            heappush(heat.alive, (hkey, v))
+            d = self._hdies[v]
+            heat.dies[v] = d
+            if d != _NEVER:
+                heappush(heat.death, (d, v))
         score[0] = s0
         score[1] = s1
         lead = self._lead_hot[g]
         if (s0 > s1 + 1.0) if lead else (s1 > s0 + 1.0):
             self._switch_hot(g, 1 - lead)
-        # -- WARM shadows: hits here, misses in _shadow_warm (same steps)
+        # -- WARM shadows: hits here, misses in _shadow_warm (same steps). A key that rose keeps
+        # its old entry as a lower bound (refreshed when it reaches the top), one that fell is
+        # pushed again.
         keys = self._sh_key[_REUSE]
         old = keys[v]
         keys1 = self._sh_key[_HEAT]
         old1 = keys1[v]
         if old is None or old1 is None:
-            self._shadow_warm(w, v)
+            self._shadow_warm(w, v, worth)
             return
         keep = self._warm_keep
         score = self._score_warm[w]
@@ -581,10 +581,10 @@ class AdaptiveHeatOnline:
         s1 = score[1] * keep + worth
         k = self._sh_l[w] + reuse
         self._sh_rkey[v] = k
-        if k != old:
+        if k < old:
             keys[v] = k
             heappush(self._sh_warm[w][_REUSE], (k, v))
-        if wheat != old1:
+        if wheat < old1:
             keys1[v] = wheat
             heappush(self._sh_warm[w][_HEAT], (wheat, v))
         score[0] = s0
@@ -683,17 +683,26 @@ class AdaptiveHeatOnline:
         else:
             if heat.n >= self._slots:
                 heat.evict(self._clock)
-            heat.put(v)
+            # _HeatRank.put of a new member, inline
+            heat.n += 1
+            h = self._hkey[v]
+            heat.key[v] = h
+            heappush(heat.alive, (h, v))
+            d = self._hdies[v]
+            heat.dies[v] = d
+            if d != _NEVER:
+                heappush(heat.death, (d, v))
         score[0] = s0
         score[1] = s1
         lead = self._lead_hot[g]
         if (s0 > s1 + 1.0) if lead else (s1 > s0 + 1.0):
             self._switch_hot(g, 1 - lead)
 
-    def _shadow_warm(self, w: int, v: int) -> None:
+    def _shadow_warm(self, w: int, v: int, worth: float) -> None:
+        """v's request in worker ``w``'s WARM shadows; ``worth``: request-equivalents of one
+        request from COLD (1 + penalty of v's class mix), the shadows' score weight."""
         keep = self._warm_keep
         score = self._score_warm[w]
-        worth = self._worth[v]
         size = self._sizes[v]
         cap = self._warm_bytes
         used = self._sh_used[w]
@@ -711,7 +720,7 @@ class AdaptiveHeatOnline:
         old = keys[v]
         if old is not None:
             s0 += worth
-            if k != old:
+            if k < old:
                 keys[v] = k
                 heappush(heap, (k, v))
         else:
@@ -728,7 +737,9 @@ class AdaptiveHeatOnline:
                         heappop(heap)
                         continue
                     m = tenant_l[tenant[u]] + phi * reuse[u]
-                    m = max(m, rkey[u])
+                    r = rkey[u]
+                    if r > m:
+                        m = r
                     if m > ke:
                         keys[u] = m
                         heapreplace(heap, (m, u))
@@ -737,7 +748,8 @@ class AdaptiveHeatOnline:
                     keys[u] = None
                     u0 -= sizes[u]
                     count[0] -= 1
-                    lv = max(lv, ke)
+                    if ke > lv:
+                        lv = ke
                 self._sh_l[w] = lv
             used[0] = u0 + size
             count[0] += 1
@@ -752,7 +764,7 @@ class AdaptiveHeatOnline:
         old = keys[v]
         if old is not None:
             s1 += worth
-            if k != old:
+            if k < old:
                 keys[v] = k
                 heappush(heap, (k, v))
         else:
@@ -775,7 +787,7 @@ class AdaptiveHeatOnline:
             count[1] += 1
             keys[v] = k
             heappush(heap, (k, v))
-            if len(heap) > 64 + 4 * count[1] or len(heaps[_REUSE]) > 64 + 4 * count[0]:
+            if len(heap) + len(heaps[_REUSE]) > self._sh_compact_at[w]:
                 self._compact_shadows(w)
         score[0] = s0
         score[1] = s1
@@ -785,11 +797,14 @@ class AdaptiveHeatOnline:
             self._rebuild_warm(w)
 
     def _compact_shadows(self, w: int) -> None:
+        """Drop stale shadow entries (when they outnumber the members about 3:1)."""
         for e in (_REUSE, _HEAT):
             keys = self._sh_key[e]
             heap = [(k, u) for k, u in self._sh_warm[w][e] if keys[u] == k]
             heapify(heap)
             self._sh_warm[w][e] = heap
+        count = self._sh_n[w]
+        self._sh_compact_at[w] = 128 + 4 * (count[0] + count[1])
 
     # -- membership -------------------------------------------------------------------------
 
@@ -800,10 +815,26 @@ class AdaptiveHeatOnline:
             self._group_of[v] = g
             self._worker_of[v] = w
             self._shadow_hot(g, v)
-            self._shadow_warm(w, v)
+            st = self._st[v]
+            self._shadow_warm(w, v, 1.0 + st[7] / st[2])
         self._hot_lru[g].move_to_end(v)
         if self._lead_hot[g] == _HEAT:
-            self._hot_heat[g].put(v)
+            # _HeatRank.put inline (the hot loop)
+            rank = self._hot_heat[g]
+            key = rank.key
+            k = key[v]
+            if k is None:
+                rank.put(v)
+            else:
+                h = self._hkey[v]
+                if h < k:
+                    key[v] = h
+                    heappush(rank.alive, (h, v))
+                d = self._hdies[v]
+                dies = rank.dies
+                if d < dies[v]:
+                    dies[v] = d
+                    heappush(rank.death, (d, v))
         self._rkey[v] = self._gdsf_l[w] + self._reuse[v]
 
     def on_insert_hot(self, g: int, v: int, now: float) -> None:
@@ -821,14 +852,19 @@ class AdaptiveHeatOnline:
         if prot:
             prot.pop(v, None)
         if self._lead_hot[g] == _HEAT:
-            self._hot_heat[g].drop(v)
+            rank = self._hot_heat[g]
+            if rank.key[v] is not None:
+                rank.n -= 1
+                rank.key[v] = None
+                rank.dies[v] = _NEVER
         self._in_hot[v] = False
         w = self._worker_of[v]
         if v in self._warm_members[w] and v not in self._warm_prot[w]:
             if self._lead_warm[w] == _REUSE:
                 k = self._tenant_l[w][self._tenant[v]] + self._phi * self._reuse[v]
                 own = self._rkey[v]
-                k = max(k, own)
+                if own > k:
+                    k = own
             else:
                 k = self._wheat[v]
             self._wkey[v] = k
@@ -940,8 +976,8 @@ class AdaptiveHeatOnline:
         if prot:
             idle_before = now - self._idle_s
             live_after = self._clock - self._pin_idle
-            last_s, last, kinds = self._last_s, self._last, self._prot
-            live = {u for u in prot if last_s[u] >= idle_before and last[u] >= live_after}
+            st, kinds = self._st, self._prot
+            live = {u for u in prot if st[u][9] >= idle_before and st[u][4] >= live_after}
             if live:
                 n_canary = sum(1 for u in live if kinds[u] == _CANARY)
                 if (n_canary > self._limit[_CANARY]
@@ -963,7 +999,7 @@ class AdaptiveHeatOnline:
 
     def _rank_hot(self, g: int, u: int) -> tuple[float, float]:
         if self._lead_hot[g] == _LRU:
-            return (0.0 if self._superseded[u] else 1.0, self._last[u])
+            return (0.0 if self._superseded[u] else 1.0, self._st[u][4])
         return self._hot_heat[g].rank(u, self._clock)
 
     def _hot_victim_shared(self, g: int, now: float, busy: Mapping[int, float],
@@ -1000,10 +1036,10 @@ class AdaptiveHeatOnline:
         cp = self._canary_prot[w]
         if cp:
             idle_before = now - self._idle_s
-            last_s = self._last_s
+            st = self._st
             while cp:
                 u = next(iter(cp))
-                if last_s[u] >= idle_before:
+                if st[u][9] >= idle_before:
                     break
                 # the canary's traffic ended: it competes like any other version
                 self._prot[u] = _NONE
@@ -1012,8 +1048,15 @@ class AdaptiveHeatOnline:
                 g = self._group_of[u]
                 if g >= 0:
                     self._hot_prot[g].pop(u, None)
-        if self._pending[w]:
-            self._flush_warm(w)
+        pending = self._pending[w]
+        if pending:
+            if len(pending) == 1 and self._in_hot[pending[0]]:
+                # the usual case: the one version fetched since is HOT (nothing to file)
+                pending.clear()
+                if len(self._warm_heap[w]) > 64 + 4 * len(self._warm_members[w]):
+                    self._flush_warm(w)
+            else:
+                self._flush_warm(w)
         heap = self._warm_heap[w]
         wkey = self._wkey
         top: int | None = None
@@ -1031,7 +1074,9 @@ class AdaptiveHeatOnline:
                     wkey[u] = None
                     continue
                 m = tenant_l[tenant[u]] + phi * reuse[u]
-                m = max(m, rkey[u])
+                r = rkey[u]
+                if r > m:
+                    m = r
                 if m > k:  # raised by its tenant since it was filed
                     wkey[u] = m
                     heapreplace(heap, (m, u))
@@ -1052,7 +1097,8 @@ class AdaptiveHeatOnline:
                 break
         if top is not None and self._prot_bytes[w] <= self._warm_share_bytes:
             # L rises to the victim's reuse key whichever expert chose it
-            self._gdsf_l[w] = max(self._gdsf_l[w], key)
+            if key > self._gdsf_l[w]:
+                self._gdsf_l[w] = key
             return top
         return self._warm_victim_protected(w, hot, top)
 
