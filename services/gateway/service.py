@@ -477,6 +477,11 @@ class Gateway:
                             output_tokens = msg.usage.output_tokens
                             msg.usage.ttft_ms = (first_at - started) * 1000.0
                             msg.usage.duration_ms = (self._monotonic() - started) * 1000.0
+                            if permit is not None:
+                                # the engine is done with it: free the slot before the
+                                # client can send its next request (else that one waits
+                                # for this generator to resume)
+                                permit.release()
                         yield msg
                     break
                 except grpc.aio.AioRpcError as err:

@@ -94,3 +94,29 @@ async def test_tier_travels_to_the_worker_and_orders_the_queue_above_the_limit()
                           {"tenant": "globex", "class": "background"})
         assert waited == 4
 
+
+
+async def test_the_slot_is_free_when_the_client_has_the_last_message() -> None:
+    # A client sending its next request the moment it read the last one must find the slot
+    # free: the permit is given back before the finished message is handed on, not when
+    # the request's generator resumes after the client read it.
+    from loraplane.gateway.auth import Principal
+    from loraplane.v1 import inference_pb2
+
+    flow = FlowConfig(max_in_flight_per_worker=1, platinum_reserve=0, interactive_reserve=0)
+    async with harness(n_workers=1, flow=flow) as h:
+        h.workers["w0"].hot.add(11)
+        h.report("w0")
+        flow_ctl = h.gateway.flow
+        assert flow_ctl is not None
+        req = inference_pb2.GenerateRequest(adapter="support", prompt="hi", max_tokens=3,
+                                            request_class=common_pb2.REQUEST_CLASS_INTERACTIVE)
+        stream = h.gateway.generate(Principal("acme", "ka"), req)
+        seen = 0
+        async for msg in stream:
+            seen += 1
+            if msg.finished:
+                assert flow_ctl.in_flight("w0") == 0  # before the generator resumes
+            else:
+                assert flow_ctl.in_flight("w0") == 1
+        assert seen >= 2
