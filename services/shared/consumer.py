@@ -80,6 +80,11 @@ class Restart(Exception):
     """Raised by a handler or a probe: recreate the consumer now (no backoff)."""
 
 
+class ConsumerStartTimeout(Exception):
+    """A consumer's start did not finish within its bound: an outage, retried after the
+    backoff."""
+
+
 class BrokerLost(Restart):
     """The broker came back after a loss: recreate the consumer."""
 
@@ -217,6 +222,7 @@ class ConsumerLoop:
         max_records: int | None = 100,
         ready_when: Ready = Ready.FETCHED,
         empty_grace_s: float = 10.0,
+        start_timeout_s: float | None = 30.0,
     ) -> None:
         """``name``: for logs. Exactly one of ``on_record`` / ``on_batch``. ``lane(tp,
         record)``: records of one lane in order, lanes concurrently (``on_record`` only).
@@ -226,7 +232,10 @@ class ConsumerLoop:
         ``on_open(consumer)``: after each start (e.g. assign partitions; raising retries);
         ``on_close(consumer)``: before each consumer is closed (e.g. a last commit). ``on_error(exc)``: every failure
         that restarts the consumer (metrics); ``on_restart()``: every recreation, asked
-        for or not."""
+        for or not. ``start_timeout_s``: a consumer start (with ``on_open``) that takes
+        longer is an outage (aiokafka's ``start`` waits for metadata and the group's
+        assignment without a bound: a broker that restarted half-way can hold it for
+        minutes); the consumer is closed and recreated after the backoff."""
         if (on_record is None) == (on_batch is None):
             raise ValueError("ConsumerLoop takes exactly one of on_record / on_batch")
         if lane is not None and on_record is None:
@@ -250,6 +259,7 @@ class ConsumerLoop:
         self._max_records = max_records
         self._ready_when = ready_when
         self._empty_grace_s = empty_grace_s
+        self._start_timeout_s = start_timeout_s
         self.ready = asyncio.Event()
         """Set by the rule of ``ready_when`` (:class:`Ready`)."""
         self.consumers_started = 0
@@ -296,9 +306,9 @@ class ConsumerLoop:
                 consumer = self._factory()
                 session = _Session(consumer)
                 try:
-                    await consumer.start()
+                    await self._bounded(consumer.start(), "start")
                     if self._on_open is not None:
-                        await self._on_open(consumer)
+                        await self._bounded(self._on_open(consumer), "open hook")
                     self.consumers_started += 1
                     self._session = session
                     await self._consume(session)
@@ -334,6 +344,17 @@ class ConsumerLoop:
                 watcher.cancel()
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _bounded(self, step: Awaitable[None], what: str) -> None:
+        if self._start_timeout_s is None:
+            await step
+            return
+        try:
+            await asyncio.wait_for(step, self._start_timeout_s)
+        except TimeoutError:
+            raise ConsumerStartTimeout(
+                f"consumer {what} took over {self._start_timeout_s:g} s (broker or group "
+                "not answering)") from None
 
     async def _watch(self, stop: asyncio.Event) -> None:
         await stop.wait()

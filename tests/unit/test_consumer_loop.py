@@ -316,3 +316,31 @@ async def test_caught_up_means_the_end_offsets_read_not_the_first_empty_poll() -
     await _until(graced.ready.is_set)  # an empty topic is at its end at once, no grace
     graced.stop()
     await task
+
+
+async def test_a_start_that_hangs_is_an_outage_and_the_consumer_is_recreated() -> None:
+    rig = Rig(_log(2))
+    hung = asyncio.Event()
+    errors: list[BaseException] = []
+    seen: list[str] = []
+
+    def factory() -> FakeConsumer:
+        c = rig.factory()
+        if len(rig.made) == 1:  # the first start never returns (a half-restarted broker)
+            async def never() -> None:
+                hung.set()
+                await asyncio.Event().wait()
+            c.start = never  # type: ignore[method-assign]
+        return c
+
+    async def on_record(record: Rec) -> None:
+        seen.append(record.value)
+
+    loop = ConsumerLoop("t", factory=factory, on_record=on_record, poll_timeout_ms=5,
+                        backoff=lambda _a: 0.0, start_timeout_s=0.1, on_error=errors.append)
+    task = asyncio.create_task(loop.run())
+    await _until(lambda: seen == ["0:0", "0:1"])
+    loop.stop()
+    await task
+    assert hung.is_set() and len(rig.made) == 2
+    assert [type(e).__name__ for e in errors] == ["ConsumerStartTimeout"]
