@@ -27,7 +27,8 @@ Handlers come in two shapes:
   the loop keeps polling, and the commit point of a partition is its lowest unfinished
   offset (:class:`OffsetTracker`). Records in flight when the consumer is recreated finish
   anyway (or are cancelled, with ``cancel_in_flight``); their offsets are committed by
-  nobody, so they are delivered again.
+  nobody, so they are delivered again. At :meth:`ConsumerLoop.stop` records in flight
+  are given ``drain_timeout_s`` to finish and are committed with the rest.
 * ``on_batch(batch)`` (async): called after every poll, empty ones included, with the
   records by partition; nothing is committed by the loop: the owner commits positions when
   its effect is durable (:meth:`ConsumerLoop.commit_position`).
@@ -223,6 +224,7 @@ class ConsumerLoop:
         ready_when: Ready = Ready.FETCHED,
         empty_grace_s: float = 10.0,
         start_timeout_s: float | None = 30.0,
+        drain_timeout_s: float = 10.0,
     ) -> None:
         """``name``: for logs. Exactly one of ``on_record`` / ``on_batch``. ``lane(tp,
         record)``: records of one lane in order, lanes concurrently (``on_record`` only).
@@ -235,7 +237,10 @@ class ConsumerLoop:
         for or not. ``start_timeout_s``: a consumer start (with ``on_open``) that takes
         longer is an outage (aiokafka's ``start`` waits for metadata and the group's
         assignment without a bound: a broker that restarted half-way can hold it for
-        minutes); the consumer is closed and recreated after the backoff."""
+        minutes); the consumer is closed and recreated after the backoff.
+        ``drain_timeout_s``: at :meth:`stop` (not at a restart) records in flight get this
+        long to finish before the last commit, so a clean shutdown commits everything it
+        did and the next consumer of the group is not handed it again."""
         if (on_record is None) == (on_batch is None):
             raise ValueError("ConsumerLoop takes exactly one of on_record / on_batch")
         if lane is not None and on_record is None:
@@ -260,6 +265,7 @@ class ConsumerLoop:
         self._ready_when = ready_when
         self._empty_grace_s = empty_grace_s
         self._start_timeout_s = start_timeout_s
+        self._drain_timeout_s = drain_timeout_s
         self.ready = asyncio.Event()
         """Set by the rule of ``ready_when`` (:class:`Ready`)."""
         self.consumers_started = 0
@@ -368,6 +374,10 @@ class ConsumerLoop:
                 for task in session.tasks:  # abandoned: read again by the next consumer
                     task.cancel()
                 await asyncio.gather(*session.tasks, return_exceptions=True)
+            elif self._stop.is_set() and session.tasks:
+                # a clean stop: let what is in flight finish so its offsets are committed
+                # below (a restart does not wait: its records are read again)
+                await asyncio.wait(set(session.tasks), timeout=self._drain_timeout_s)
             with contextlib.suppress(Exception):  # what did finish is durable: commit it
                 await asyncio.wait_for(self._commit_points(session), 5)
         if self._on_close is not None:

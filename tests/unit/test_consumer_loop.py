@@ -147,6 +147,53 @@ async def test_lanes_keep_log_order_within_a_lane_and_commit_below_the_oldest_un
     assert order == ["0:1", "0:3", "0:0", "0:2"]
 
 
+async def test_a_stop_lets_records_in_flight_finish_and_commits_them() -> None:
+    """A clean shutdown commits what it did (the next consumer of the group is not handed it
+    again); a restart does not wait, and one stuck past ``drain_timeout_s`` is not
+    committed."""
+    rig = Rig(_log(3))
+    gate = asyncio.Event()
+    done: list[str] = []
+
+    async def handle(rec: Rec) -> None:
+        if rec.offset == 1:
+            await gate.wait()
+        done.append(rec.value)
+
+    loop = ConsumerLoop("t", factory=rig.factory, on_record=handle, concurrency=None,
+                        lane=lambda _tp, rec: rec.offset, poll_timeout_ms=5,
+                        drain_timeout_s=5.0)
+    task = asyncio.create_task(loop.run())
+    await _until(lambda: sorted(done) == ["0:0", "0:2"])
+    await asyncio.sleep(0.05)
+    assert rig.committed.get(TP("t", 0)) == 1  # 0:1 unfinished: the commit stops below it
+    loop.stop()
+    await asyncio.sleep(0.05)
+    assert not task.done()  # waiting for 0:1
+    gate.set()
+    await asyncio.wait_for(task, 5)
+    assert rig.committed[TP("t", 0)] == 3
+
+    stuck = Rig(_log(2))
+    never = asyncio.Event()
+
+    async def hang(rec: Rec) -> None:
+        if rec.offset == 1:
+            await never.wait()
+
+    loop = ConsumerLoop("t", factory=stuck.factory, on_record=hang, concurrency=None,
+                        lane=lambda _tp, rec: rec.offset, poll_timeout_ms=5,
+                        drain_timeout_s=0.05, cancel_in_flight=False)
+    task = asyncio.create_task(loop.run())
+    await _until(lambda: stuck.committed.get(TP("t", 0)) == 1)
+    loop.stop()
+    await asyncio.sleep(0.2)  # the drain gave up: the consumer is closed, 0:1 uncommitted
+    assert stuck.committed[TP("t", 0)] == 1 and not stuck.made[0].started
+    never.set()
+    await asyncio.wait_for(task, 5)
+    assert stuck.committed[TP("t", 0)] == 1
+
+
 async def test_the_probe_recreates_the_consumer_when_the_broker_is_back() -> None:
     rig = Rig(_log(1), probe_fails=[True, False])
     restarts: list[int] = []
