@@ -94,6 +94,7 @@ class E2E:
     metrics_port: int
     demo: DemoManifest
     work: Path
+    admission: Proc | None = None
 
     async def cli(self, *args: str, timeout: float = 120) -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
@@ -157,7 +158,7 @@ async def e2e(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
         cli_env = {**base, "LORAPLANE_REGISTRY_ADDR": f"127.0.0.1:{port}",
                    "LORAPLANE_REGISTRY_OPERATOR_TOKEN": TOKEN,
                    "LORAPLANE_REGISTRY_ACTOR": "ci/e2e-pipeline", "COLUMNS": "200"}
-        yield E2E(cli_env, registry, metrics_port, demo, work)
+        yield E2E(cli_env, registry, metrics_port, demo, work, admission)
     finally:
         if admission is not None:
             await _terminate(admission)
@@ -186,7 +187,9 @@ async def test_release_pending_timeout_then_admitted(e2e: E2E, stack: Stack,
 
     # Broker back: the same release (idempotent, nothing re-uploaded) is admitted: exit 0.
     rc, out, err = await e2e.cli(*args, "--wait", "90", "--json")
-    assert rc == 0, f"{err}\n--- registry log ---\n{e2e.registry.tail()}"
+    admission_log = e2e.admission.tail() if e2e.admission is not None else "(none)"
+    assert rc == 0, (f"{err}\n--- registry log ---\n{e2e.registry.tail()}"
+                     f"\n--- admission log ---\n{admission_log}")
     result = json.loads(out)
     assert result["verdict"] == "admitted"
     version = result["version"]
