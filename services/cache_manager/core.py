@@ -213,3 +213,13 @@ class CacheCore:
         """The command never reached the broker: count a retriable failure."""
         return self.tracker.resolve(command_id, ok=False, now=now, retriable=True,
                                     code="publish_failed")
+    def canary_aborted(self, vid: str, now: float) -> None:
+        """The canary analysis aborted ``vid``: demote it wherever it is HOT (the worker
+        drains its in-flight requests first) and keep it from loading for the block time."""
+        for w in self.state.workers.values():
+            self._no_load[(w.worker_id, vid)] = now + self.rules.commands.backoff_max_s
+            if w.tier_of(vid) is Tier.HOT:
+                self._queued.append(CommandSpec(CommandKind.DEMOTE, w.worker_id, vid,
+                                                "canary_aborted", "canary analysis",
+                                                source="rule:canary_analysis"))
+

@@ -88,6 +88,10 @@ class CacheMetrics(PerRegistry):
         self.shadow = Counter("loraplane_cache_shadow_requests",
                               "Golden-set shadow requests to canaries, by result.", ["result"],
                               registry=registry)
+        self.canary_steps = Counter(
+            "loraplane_cache_canary_steps",
+            "Steps the canary analysis took through the registry, by action (advance, "
+            "promote, abort) and reason.", ["action", "reason"], registry=registry)
         self.page_requests = Counter(
             "loraplane_cache_page_requests",
             "Requests to the placement page, by path (page, json) and HTTP status code.",

@@ -30,6 +30,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml  # type: ignore[import-untyped, unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from loraplane.cache_manager.canary_analysis import AnalysisRules
 from loraplane.shared.errors import InvalidArgument
 from loraplane.shared.resources import config_file
 
@@ -77,6 +78,42 @@ class CanaryRules(_Strict):
     """Deadline of each shadow request."""
     golden_max_failures: int = Field(default=0, ge=0)
     """Shadow failures tolerated per worker; beyond, the canary is demoted there."""
+    analysis: AnalysisRules = Field(default_factory=AnalysisRules)
+    """Automated analysis, stages, promotion and abort (:mod:`.canary_analysis`)."""
+    analysis_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Per ``tenant`` or ``tenant/adapter``: fields of ``analysis`` replaced (the most
+    specific key wins; each merge is validated at load)."""
+    analysis_disabled_tenants: list[str] = Field(default_factory=list)
+    """Kill switch: the analysis takes no step for these tenants' canaries."""
+
+    @model_validator(mode="after")
+    def _overrides(self) -> CanaryRules:
+        problems: list[str] = []
+        for key, patch in self.analysis_overrides.items():
+            tenant, _, adapter = key.partition("/")
+            if not tenant or "/" in adapter:
+                problems.append(f"analysis_overrides: key {key!r} is not 'tenant' or "
+                                "'tenant/adapter'")
+                continue
+            try:
+                self.analysis.with_overrides(patch)
+            except ValidationError as exc:
+                problems += [f"analysis_overrides.{key}.{'.'.join(map(str, e['loc']))}: "
+                             f"{e['msg']}" for e in exc.errors()]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def analysis_for(self, tenant: str, adapter: str) -> AnalysisRules:
+        """The analysis rules of one adapter (overrides and the kill switch applied)."""
+        rules = self.analysis
+        for key in (tenant, f"{tenant}/{adapter}"):
+            patch = self.analysis_overrides.get(key)
+            if patch:
+                rules = rules.with_overrides(patch)
+        if tenant in self.analysis_disabled_tenants:
+            rules = rules.model_copy(update={"enabled": False})
+        return rules
 
 
 class RollbackRules(_Strict):

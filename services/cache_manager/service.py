@@ -35,7 +35,8 @@ import asyncpg
 import grpc
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from loraplane.cache_manager import store
+from loraplane.cache_manager import canary_runner, store
+from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.election import LeaderLock
 from loraplane.cache_manager.kafka_io import (
@@ -159,6 +160,8 @@ class CacheManagerService:
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, stop: asyncio.Event) -> None:
+        self.canary: canary_runner.CanaryRunner | None = None
+        """The canary analysis of the current leadership (None when standby)."""
         """Stand by, lead when elected, until ``stop`` is set."""
         s = self.settings
         lock = LeaderLock(s.postgres_dsn, s.cache_manager_lock_key)
@@ -219,6 +222,7 @@ class CacheManagerService:
                   for name, loop in self._loops.items()),
                 asyncio.create_task(self._decide(core, lock, sink, known, ready_by, started),
                                     name="cm-decide"),
+                *self._canary_tasks(core, pool),
                 asyncio.create_task(self._housekeeping(core, lock, pool), name="cm-house"),
             ]
             stopper = asyncio.create_task(stop.wait(), name="cm-stop")
@@ -326,6 +330,8 @@ class CacheManagerService:
             self.metrics.events.labels(
                 rec.topic, "duplicate" if applied.duplicate else "applied").inc()
             if applied.unresolved:
+            if self.canary is not None:
+                canary_runner.observe(self.canary.window, rec.message, result, now)
                 self._unresolved.update(applied.unresolved)
             if result.resolutions:
                 self._resolutions(core, result.resolutions)
@@ -368,6 +374,9 @@ class CacheManagerService:
                 log.warning("canary %s failed its golden set on %s: %s", vid, wid, result.errors)
                 core.shadow_failed(wid, vid, self.clock(),
                                    f"{result.failed} of {result.ok + result.failed} failed")
+            if self.canary is not None:
+                self.canary.window.golden(vid, self.clock(), ok=result.ok, failed=result.failed,
+                                          error="; ".join(result.errors)[:300])
                 self._trigger.set()
 
         task = asyncio.create_task(exercise(), name=f"cm-shadow-{vid}-{wid}")
@@ -378,6 +387,32 @@ class CacheManagerService:
 
     async def _decide(
         self, core: CacheCore, lock: LeaderLock, sink: CommandSink, known: Mapping[str, str],
+    def _canary_tasks(self, core: CacheCore, pool: asyncpg.Pool) -> list[asyncio.Task[None]]:
+        """The canary analysis of this leadership (:mod:`.canary_runner`): steps through
+        the registry with the operator token; without a token it is off (logged)."""
+        s = self.settings
+        token = s.registry_operator_token.get_secret_value()
+        if not token:
+            log.warning("canary analysis off: LORAPLANE_REGISTRY_OPERATOR_TOKEN is not set")
+            self.canary = None
+            return []
+        canary = self.rules.canary
+        runner = self.canary = canary_runner.CanaryRunner(
+            canary.analysis_for,
+            canary_runner.GrpcRegistryActions(s.registry_addr, token),
+            canary_runner.PgRunStore(pool, s.cache_manager_consumer_group), CanaryWindow())
+
+        def aborted(vid: str, now: float) -> None:
+            core.canary_aborted(vid, now)
+            self._trigger.set()
+
+        runner.on_abort = aborted
+        runner.on_step = lambda d: self.metrics.canary_steps.labels(
+            d.action.value, d.reason.value).inc()
+        return [asyncio.create_task(
+            canary_runner.run_loop(runner, core.state, interval_s=s.cache_manager_canary_interval_s,
+                                   clock=self.clock), name="cm-canary")]
+
         ready_by: float, started: float,
     ) -> None:
         s = self.settings

@@ -37,6 +37,11 @@ class CacheManagerSettings(CommonSettings):
     registry_operator_token: SecretStr = SecretStr("")
     """``LORAPLANE_REGISTRY_OPERATOR_TOKEN``: the operators' token (the registry's), which
     the placement page asks for; required when the page is on."""
+    registry_addr: str = "127.0.0.1:19051"
+    """``LORAPLANE_REGISTRY_ADDR``: the registry's gRPC address; the canary analysis takes
+    its steps there (with the operator token; no token: the analysis only observes)."""
+    cache_manager_canary_interval_s: float = Field(default=2.0, gt=0)
+    """Period of the canary analysis (``canary.analysis`` in the rules)."""
     cache_manager_rules_file: Path | None = None
     """Business rules YAML (default ``config/cache_manager.yaml`` when present)."""
     cache_manager_consumer_group: str = "loraplane-cache-manager"

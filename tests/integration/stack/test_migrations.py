@@ -9,7 +9,8 @@ from loraplane.stack.stack import Stack
 
 TABLES = {"tenants", "api_keys", "adapters", "adapter_versions", "release_pointers",
           "adapter_shares", "audit_log", "outbox", "processed_events",
-          "admission_verdicts", "cache_workers", "cache_version_stats", "tenant_quotas"}
+          "admission_verdicts", "cache_workers", "cache_version_stats", "tenant_quotas",
+          "canary_runs"}
 
 
 async def _tables(dsn: str) -> set[str]:

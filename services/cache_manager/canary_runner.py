@@ -1,0 +1,342 @@
+"""Executes the canary analysis: snapshot → :func:`decide` → the registry (I/O).
+
+The cache-manager leader runs one :class:`CanaryRunner`. Every ``interval_s`` (and when a
+canary's pointers change) :meth:`CanaryRunner.tick` builds a
+:class:`~loraplane.cache_manager.canary_analysis.CanarySnapshot` per adapter with a
+canary — pointers from the leader's state, figures from its
+:class:`~loraplane.cache_manager.canary_window.CanaryWindow`, the stage start from the
+durable run (``canary_runs``) — and applies what the analysis decides **only through
+the registry's admin API** (``RegistryActions``): ``SetCanary`` to advance, ``Promote``,
+``SetCanary("", 0)`` to abort. The registry writes the audit entry (its reason carries
+:meth:`Decision.figures` as JSON after :data:`REASON_PREFIX`) and the lifecycle event
+(``CanaryChanged`` / ``AdapterPromoted``) in one transaction, so every automated step
+survives restarts and is seen by the gateways and by the cache manager itself.
+
+A step is never taken twice:
+
+* before acting, the runner re-reads the pointers from the registry and acts only when
+  they are still those the decision was made on (same canary, same share);
+* the registry's operations are idempotent on their target (the same share, an already
+  promoted or already cleared canary change nothing and write no audit entry);
+* the run records the id of the step taken (``last_decision_id``); a new leader loads
+  the runs and does not repeat a recorded step.
+
+After an abort the version is demoted wherever it is HOT (``CacheCore.canary_aborted``)
+and kept from loading again for the block time, so it is drained and taken out of HOT;
+stable is unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import asyncpg
+import grpc
+from google.protobuf.message import Message
+
+from loraplane.cache_manager.canary_analysis import (
+    Action,
+    AnalysisRules,
+    CanarySnapshot,
+    Decision,
+    decide,
+)
+from loraplane.cache_manager.canary_window import CanaryWindow
+from loraplane.cache_manager.core import ApplyResult
+from loraplane.cache_manager.model import CommandKind, Ref, request_class_from_proto, version_id
+from loraplane.cache_manager.state import State, ts_seconds
+from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+REASON_PREFIX = "canary-analysis "
+"""The audit reason of an automated step: this prefix, then the decision's figures as JSON."""
+ACTOR = "system/canary-analysis"
+"""Who acts in the registry's audit log."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The durable state of one running canary."""
+
+    adapter_id: str
+    version: str
+    percent: int
+    stage_started_at: float
+    paused: bool = False
+    last_decision_id: str = ""
+    last_decision: Mapping[str, Any] | None = None
+
+
+class RunStore(Protocol):
+    """Where runs are kept (Postgres ``canary_runs``; a dict in unit tests)."""
+
+    async def load(self) -> dict[str, Run]:
+        """Every run of this deployment by adapter id."""
+
+    async def save(self, run: Run) -> None:
+        """Insert or replace one run."""
+
+    async def delete(self, adapter_id: str) -> None:
+        """Forget a run (its canary was promoted, aborted or cleared)."""
+
+
+class PgRunStore:
+    """:class:`RunStore` on the ``canary_runs`` table of one deployment."""
+
+    def __init__(self, pool: asyncpg.Pool, deployment: str) -> None:
+        self.pool = pool
+        self.deployment = deployment
+
+    async def load(self) -> dict[str, Run]:
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT adapter_id, version, percent, stage_started_at, paused, "
+                "last_decision_id, last_decision FROM canary_runs WHERE deployment = $1",
+                self.deployment)
+        return {r["adapter_id"]: Run(r["adapter_id"], r["version"], r["percent"],
+                                     r["stage_started_at"], r["paused"], r["last_decision_id"],
+                                     json.loads(r["last_decision"]) or None)
+                for r in rows}
+
+    async def save(self, run: Run) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO canary_runs (deployment, adapter_id, version, percent, "
+                "stage_started_at, paused, last_decision_id, last_decision) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb) "
+                "ON CONFLICT (deployment, adapter_id) DO UPDATE SET version = $3, "
+                "percent = $4, stage_started_at = $5, paused = $6, last_decision_id = $7, "
+                "last_decision = $8::jsonb, updated_at = now()",
+                self.deployment, run.adapter_id, run.version, run.percent,
+                run.stage_started_at, run.paused, run.last_decision_id,
+                json.dumps(dict(run.last_decision or {})))
+
+    async def delete(self, adapter_id: str) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.execute("DELETE FROM canary_runs WHERE deployment = $1 AND adapter_id = $2",
+                               self.deployment, adapter_id)
+
+
+class RegistryActions(Protocol):
+    """The registry operations the runner uses (every one audited by the registry)."""
+
+    async def current(self, tenant_id: str, adapter_name: str) -> tuple[str, int]:
+        """The adapter's canary version ("" if none) and share, as the registry has them."""
+
+    async def set_share(self, tenant_id: str, adapter_name: str, version: str, percent: int,
+                        reason: str) -> None:
+        """``SetCanary``: set the canary's share (``version=""`` and 0: clear it)."""
+
+    async def promote(self, tenant_id: str, adapter_name: str, version: str,
+                      reason: str) -> None:
+        """``Promote``: make the canary stable."""
+
+
+class GrpcRegistryActions:
+    """:class:`RegistryActions` over the registry's admin gRPC API (operator token)."""
+
+    def __init__(self, address: str, token: str, *, timeout_s: float = 10.0,
+                 actor: str = ACTOR) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._metadata = (("authorization", f"Bearer {token}"), ("x-loraplane-actor", actor))
+        self._channel: grpc.aio.Channel | None = None
+
+    def _stub(self) -> registry_pb2_grpc.RegistryAdminStub:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.address)
+        return registry_pb2_grpc.RegistryAdminStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def current(self, tenant_id: str, adapter_name: str) -> tuple[str, int]:
+        resp = await self._stub().GetRelease(
+            registry_pb2.GetReleaseRequest(tenant_id=tenant_id, adapter_name=adapter_name),
+            metadata=self._metadata, timeout=self.timeout_s)
+        return resp.release.canary_version, int(resp.release.canary_percent)
+
+    async def set_share(self, tenant_id: str, adapter_name: str, version: str, percent: int,
+                        reason: str) -> None:
+        await self._stub().SetCanary(
+            registry_pb2.SetCanaryRequest(tenant_id=tenant_id, adapter_name=adapter_name,
+                                          version=version, percent=percent, reason=reason),
+            metadata=self._metadata, timeout=self.timeout_s)
+
+    async def promote(self, tenant_id: str, adapter_name: str, version: str,
+                      reason: str) -> None:
+        await self._stub().Promote(
+            registry_pb2.PromoteRequest(tenant_id=tenant_id, adapter_name=adapter_name,
+                                        version=version, reason=reason),
+            metadata=self._metadata, timeout=self.timeout_s)
+
+
+RulesFor = Callable[[str, str], AnalysisRules]
+"""(tenant, adapter name) → the analysis rules that apply."""
+
+
+def reason_text(decision: Decision) -> str:
+    """The registry reason of a step: :data:`REASON_PREFIX` + its figures as JSON."""
+    return REASON_PREFIX + json.dumps(decision.figures(), sort_keys=True,
+                                      separators=(",", ":"))
+
+
+class CanaryRunner:
+    """Runs the analysis of every canary of one cache-manager leadership."""
+
+    def __init__(self, rules_for: RulesFor, actions: RegistryActions, store: RunStore,
+                 window: CanaryWindow) -> None:
+        self.rules_for = rules_for
+        self.actions = actions
+        self.store = store
+        self.window = window
+        self.runs: dict[str, Run] = {}
+        self.last: dict[str, Decision] = {}
+        """The latest decision per adapter id (hold included), for status and metrics."""
+        self.on_abort: Callable[[str, float], None] = lambda _vid, _now: None
+        """Called with the aborted version id (the service demotes it everywhere)."""
+        self.on_step: Callable[[Decision], None] = lambda _d: None
+        """Called after each step the registry took (metrics, logs)."""
+
+    async def start(self) -> None:
+        """Load the durable runs (takeover)."""
+        self.runs = await self.store.load()
+
+    def watched(self, state: State) -> set[str]:
+        """Version ids whose events the window keeps: every canary and its stable."""
+        out: set[str] = set()
+        for adapter_id, ptr in state.pointers.items():
+            if ptr.canary:
+                tenant, _, name = adapter_id.partition("/")
+                out.add(version_id(tenant, name, ptr.canary))
+                if ptr.stable:
+                    out.add(version_id(tenant, name, ptr.stable))
+        return out
+
+    def snapshot(self, state: State, adapter_id: str, run: Run, now: float) -> CanarySnapshot:
+        """The analysis input of one canary."""
+        tenant, _, name = adapter_id.partition("/")
+        ptr = state.pointers[adapter_id]
+        rules = self.rules_for(tenant, name)
+        since = max(run.stage_started_at, now - rules.window_s)
+        canary = self.window.figures(version_id(tenant, name, ptr.canary), since, now)
+        stable = self.window.figures(version_id(tenant, name, ptr.stable), since, now) \
+            if ptr.stable else self.window.figures("", since, now)
+        return CanarySnapshot(adapter_id, ptr.canary, ptr.stable, ptr.canary_percent,
+                              run.stage_started_at, canary, stable, run.paused)
+
+    async def _sync_runs(self, state: State, now: float) -> None:
+        """One run per canary pointer: new canaries and share changes made by someone
+        else start a stage now; runs whose canary is gone are forgotten."""
+        live: dict[str, tuple[str, int]] = {
+            a: (p.canary, p.canary_percent) for a, p in state.pointers.items() if p.canary}
+        for adapter_id in [a for a in self.runs if a not in live]:
+            del self.runs[adapter_id]
+            await self.store.delete(adapter_id)
+        for adapter_id, (version, percent) in live.items():
+            run = self.runs.get(adapter_id)
+            if run is not None and (run.version, run.percent) == (version, percent):
+                continue
+            paused = run.paused if run is not None and run.version == version else False
+            new = Run(adapter_id, version, percent, now, paused,
+                      run.last_decision_id if run is not None else "",
+                      run.last_decision if run is not None else None)
+            self.runs[adapter_id] = new
+            await self.store.save(new)
+
+    async def tick(self, state: State, now: float) -> list[Decision]:
+        """Decide for every canary; apply what acts. Returns the steps taken."""
+        await self._sync_runs(state, now)
+        self.window.keep(self.watched(state))
+        taken: list[Decision] = []
+        for adapter_id, run in list(self.runs.items()):
+            tenant, _, name = adapter_id.partition("/")
+            decision = decide(self.snapshot(state, adapter_id, run, now),
+                              self.rules_for(tenant, name), now)
+            self.last[adapter_id] = decision
+            if not decision.acts or decision.decision_id == run.last_decision_id:
+                continue
+            if await self._apply(decision, run, now):
+                taken.append(decision)
+        return taken
+
+    async def _apply(self, d: Decision, run: Run, now: float) -> bool:
+        tenant, _, name = d.adapter_id.partition("/")
+        current = await self.actions.current(tenant, name)
+        if current != (d.canary_version, d.from_percent):
+            log.info("canary %s: registry has %s, not the %s@%d %% decided on: skipped",
+                     d.adapter_id, current, d.canary_version, d.from_percent)
+            return False
+        reason = reason_text(d)
+        if d.action is Action.ADVANCE:
+            await self.actions.set_share(tenant, name, d.canary_version, d.to_percent, reason)
+            nxt = replace(run, percent=d.to_percent, stage_started_at=now,
+                          last_decision_id=d.decision_id, last_decision=d.figures())
+            self.runs[d.adapter_id] = nxt
+            await self.store.save(nxt)
+        else:
+            if d.action is Action.PROMOTE:
+                await self.actions.promote(tenant, name, d.canary_version, reason)
+            else:  # ABORT
+                await self.actions.set_share(tenant, name, "", 0, reason)
+                self.on_abort(version_id(tenant, name, d.canary_version), now)
+            # the run ends: keep its last step until the pointers say so (sync deletes it)
+            done = replace(run, last_decision_id=d.decision_id, last_decision=d.figures())
+            self.runs[d.adapter_id] = done
+            await self.store.save(done)
+        log.warning("canary %s@%s: %s (%s) %d %% -> %d %%: %s", d.adapter_id, d.canary_version,
+                    d.action.value, d.reason.value, d.from_percent, d.to_percent, d.detail)
+        self.on_step(d)
+        return True
+
+
+LOAD_KINDS = frozenset({CommandKind.LOAD_HOT, CommandKind.LOAD_WARM})
+
+
+def observe(window: CanaryWindow, msg: Message, result: ApplyResult, now: float) -> None:
+    """Feed one consumed event (and what applying it resolved) to the window: completed
+    requests of a heat batch, answers to load commands (timeouts are not verdicts on the
+    version and are left out)."""
+    if isinstance(msg, events_pb2.HeatBatch):
+        for c in msg.completions:
+            a = c.meta.adapter
+            if not a.adapter_name or c.request_class == common_pb2.REQUEST_CLASS_CANARY:
+                continue  # base-model requests; shadow requests are the golden set's
+            t = min(ts_seconds(c.meta.occurred_at, now), now)
+            window.request(Ref.of(a).version_id, t, request_id=c.request_id,
+                           klass=request_class_from_proto(c.request_class).value,
+                           ok=c.status_code == 0, degraded=c.degraded_to_base,
+                           ttft_ms=c.ttft_ms)
+        return
+    if not result.resolutions:
+        return
+    messages = {o.command_id: o for o in result.applied.outcomes}
+    for res in result.resolutions:
+        if res.pending.spec.kind not in LOAD_KINDS or res.result not in ("ok", "failed"):
+            continue
+        o = messages.get(res.pending.command_id)
+        error = f"{res.code}: {o.message}" if o is not None and o.message else res.code
+        window.load(res.pending.spec.version_id, now, ok=res.ok,
+                    error="" if res.ok else error)
+
+
+async def run_loop(runner: CanaryRunner, state: State, *, interval_s: float,
+                   clock: Callable[[], float]) -> None:
+    """The leader's canary task: a tick every ``interval_s``. A registry that cannot be
+    reached or refuses a step is retried at the next tick (the step is not recorded)."""
+    await runner.start()
+    while True:
+        try:
+            await runner.tick(state, clock())
+        except (grpc.aio.AioRpcError, OSError, asyncpg.PostgresError,
+                asyncpg.InterfaceError) as exc:
+            log.warning("canary analysis: step failed, retried next tick: %s", exc)
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,194 @@
+"""Canary analysis (pure): statistics, rules validation and every decision, injected clock."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from pydantic import ValidationError
+
+from loraplane.cache_manager.canary_analysis import (
+    Action,
+    AnalysisRules,
+    CanarySnapshot,
+    Reason,
+    VersionFigures,
+    decide,
+    quantile,
+    quantile_lower_bound,
+    wilson_bounds,
+)
+from loraplane.cache_manager.rules import RulesConfigError, rules_from_mapping
+
+RULES = AnalysisRules(dwell_s=60, window_s=120, min_requests=20)
+T0 = 1_000_000.0
+
+
+def snap(canary: VersionFigures, stable: VersionFigures | None = None, *, percent: int = 10,
+         paused: bool = False) -> CanarySnapshot:
+    return CanarySnapshot("acme/code", "v2", "v1", percent, T0, canary,
+                          stable or VersionFigures(requests=1000), paused)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_wilson_bounds_bracket_the_rate_and_narrow_with_n() -> None:
+    lo10, hi10 = wilson_bounds(1, 10, 0.95)
+    lo1000, hi1000 = wilson_bounds(100, 1000, 0.95)
+    assert lo10 < 0.1 < hi10 and lo1000 < 0.1 < hi1000
+    assert hi1000 - lo1000 < hi10 - lo10
+    assert wilson_bounds(0, 0, 0.95) == (0.0, 1.0)
+    assert wilson_bounds(0, 50, 0.95)[0] == 0.0
+    with pytest.raises(ValueError, match="outside"):
+        wilson_bounds(5, 3, 0.95)
+
+
+def test_wilson_lower_bound_holds_its_confidence_by_simulation() -> None:
+    rng = random.Random(7)
+    p, n, trials = 0.05, 40, 2000
+    above = sum(wilson_bounds(sum(rng.random() < p for _ in range(n)), n, 0.95)[0] > p
+                for _ in range(trials))
+    assert above / trials <= 0.05 + 0.015  # a true rate is above the lower bound ≥ 95 %
+
+
+def test_quantile_lower_bound_is_an_order_statistic_below_the_quantile() -> None:
+    rng = random.Random(3)
+    xs = [rng.expovariate(1 / 100) for _ in range(500)]
+    lower = quantile_lower_bound(xs, 0.99, 0.95)
+    p99 = quantile(xs, 0.99)
+    assert lower is not None and p99 is not None and lower <= p99 and lower in xs
+    assert quantile_lower_bound(xs[:5], 0.99, 0.95) is not None  # max is a valid bound
+    assert quantile_lower_bound([], 0.99, 0.95) is None
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@pytest.mark.parametrize(("patch", "needle"), [
+    ({"stages": [10, 5, 100]}, "strictly increasing"),
+    ({"stages": [10, 50]}, "last stage must be 100"),
+    ({"stages": [0, 100]}, "outside [1, 100]"),
+    ({"stages": []}, "at least one stage"),
+    ({"confidence": 1.5}, "confidence"),
+    ({"max_error_rate_excess": 1.2}, "max_error_rate_excess"),
+    ({"dwell_s": 600, "window_s": 300}, "shorter than dwell_s"),
+    ({"min_requests": 0}, "min_requests"),
+    ({"bogus": 1}, "bogus"),
+])
+def test_bad_rules_are_refused_naming_the_problem(patch: dict[str, object], needle: str) -> None:
+    with pytest.raises(ValidationError, match=needle.replace("[", r"\[")):
+        AnalysisRules.model_validate(patch)
+
+
+def test_rules_yaml_overrides_per_tenant_and_adapter_and_the_kill_switch() -> None:
+    rules = rules_from_mapping({"canary": {
+        "analysis": {"dwell_s": 30, "window_s": 60},
+        "analysis_overrides": {"acme": {"min_requests": 5}, "acme/code": {"dwell_s": 10}},
+        "analysis_disabled_tenants": ["globex"],
+    }}).canary
+    assert rules.analysis_for("acme", "code").min_requests == 5
+    assert rules.analysis_for("acme", "code").dwell_s == 10
+    assert rules.analysis_for("acme", "other").dwell_s == 30
+    assert rules.analysis_for("initech", "x").min_requests == 20
+    assert not rules.analysis_for("globex", "x").enabled
+    with pytest.raises(RulesConfigError, match=r"acme/code\.ttft_quantile"):
+        rules_from_mapping({"canary": {"analysis_overrides": {"acme/code":
+                                                              {"ttft_quantile": 3}}}})
+    with pytest.raises(RulesConfigError, match="not 'tenant' or 'tenant/adapter'"):
+        rules_from_mapping({"canary": {"analysis_overrides": {"a/b/c": {}}}})
+
+
+def test_next_stage_continues_a_share_set_by_hand() -> None:
+    assert [RULES.next_stage(p) for p in (0, 1, 10, 20, 50, 100)] == [1, 10, 50, 50, 100, None]
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def test_load_failures_abort_naming_the_error_and_the_figures() -> None:
+    c = VersionFigures(load_attempts=2, load_failures=2,
+                       last_load_error="LOAD_ERROR_CODE_DOWNLOAD_FAILED: no objects")
+    d = decide(snap(c, percent=20), RULES, T0 + 5)
+    assert (d.action, d.reason, d.to_percent) == (Action.ABORT, Reason.LOAD_FAILED, 0)
+    assert "DOWNLOAD_FAILED" in d.detail and "2 of 2 loads failed" in d.detail
+    fig = d.figures()
+    assert fig["canary"]["load_failures"] == 2 and fig["checks"]["load"]["lower_bound"] > 0.2
+    assert d.decision_id == "acme/code@v2:20:abort"
+
+
+def test_one_load_failure_does_not_decide_and_stable_failing_too_holds() -> None:
+    one = VersionFigures(load_attempts=1, load_failures=1)
+    assert decide(snap(one), RULES, T0 + 5).action is Action.HOLD
+    # an object-store outage: stable's loads fail as much in the same window
+    both = VersionFigures(load_attempts=3, load_failures=3)
+    assert decide(snap(both, both), RULES, T0 + 5).action is Action.HOLD
+
+
+def test_a_handful_of_requests_never_decides_but_failures_alone_can() -> None:
+    ok = VersionFigures(requests=3)
+    assert decide(snap(ok), RULES, T0 + 600).reason is Reason.MIN_REQUESTS
+    one_bad = VersionFigures(requests=3, errors=1)
+    assert decide(snap(one_bad), RULES, T0 + 5).action is Action.HOLD
+    two_bad = VersionFigures(requests=3, errors=2)
+    d = decide(snap(two_bad), RULES, T0 + 5)
+    assert (d.action, d.reason) == (Action.ABORT, Reason.ERROR_RATE)
+    assert d.checks["error_rate"]["n_for_bound"] == 20
+
+
+def test_error_rate_is_judged_against_stable_in_the_same_window() -> None:
+    c = VersionFigures(requests=200, errors=12)
+    noisy_stable = VersionFigures(requests=2000, errors=100)  # 5 %: canary 6 % is not worse
+    assert decide(snap(c, noisy_stable), RULES, T0 + 5).action is Action.HOLD
+    clean_stable = VersionFigures(requests=2000, errors=0)
+    assert decide(snap(c, clean_stable), RULES, T0 + 5).reason is Reason.ERROR_RATE
+
+
+def test_golden_set_failures_and_degraded_share_abort() -> None:
+    g = VersionFigures(golden_ok=3, golden_failed=1, last_golden_error="UNAVAILABLE")
+    d = decide(snap(g), RULES, T0 + 1)
+    assert (d.action, d.reason) == (Action.ABORT, Reason.GOLDEN_SET_FAILED)
+    deg = VersionFigures(requests=100, degraded=40)
+    assert decide(snap(deg), RULES, T0 + 1).reason is Reason.DEGRADED_SHARE
+
+
+def test_ttft_tail_worse_than_stable_aborts_per_class_only_with_enough_samples() -> None:
+    rng = random.Random(11)
+    stable = VersionFigures(requests=400, ttft_ms={
+        "interactive": tuple(rng.uniform(20, 40) for _ in range(400))})
+    slow = VersionFigures(requests=200, ttft_ms={
+        "interactive": tuple(rng.uniform(300, 400) for _ in range(200))})
+    d = decide(snap(slow, stable), RULES, T0 + 1)
+    assert (d.action, d.reason) == (Action.ABORT, Reason.TTFT)
+    assert d.checks["ttft"]["class"] == "interactive"
+    few = VersionFigures(requests=20, ttft_ms={"interactive": (900.0,) * 20})
+    assert decide(snap(few, stable), RULES, T0 + 1).action is Action.HOLD
+    same = VersionFigures(requests=200, ttft_ms={
+        "interactive": tuple(rng.uniform(20, 40) for _ in range(200))})
+    assert decide(snap(same, stable), RULES, T0 + 1).reason is Reason.DWELL
+
+
+def test_stages_advance_after_dwell_and_promote_after_the_last() -> None:
+    clean = VersionFigures(requests=25)
+    assert decide(snap(clean, percent=10), RULES, T0 + 59).reason is Reason.DWELL
+    d = decide(snap(clean, percent=10), RULES, T0 + 60)
+    assert (d.action, d.to_percent, d.decision_id) == (Action.ADVANCE, 50,
+                                                       "acme/code@v2:10:advance")
+    d = decide(snap(clean, percent=100), RULES, T0 + 61)
+    assert (d.action, d.to_percent) == (Action.PROMOTE, 100)
+
+
+def test_pause_holds_advances_but_not_aborts_and_disabled_holds_everything() -> None:
+    clean = VersionFigures(requests=25)
+    assert decide(snap(clean, paused=True), RULES, T0 + 600).reason is Reason.PAUSED
+    broken = VersionFigures(load_attempts=2, load_failures=2)
+    assert decide(snap(broken, paused=True), RULES, T0 + 1).action is Action.ABORT
+    off = RULES.model_copy(update={"enabled": False})
+    assert decide(snap(broken), off, T0 + 1).reason is Reason.DISABLED
+
+
+def test_a_staged_canary_at_zero_percent_waits_unless_it_cannot_load() -> None:
+    assert decide(snap(VersionFigures(), percent=0), RULES, T0 + 600).reason \
+        is Reason.NOT_RUNNING
+    broken = VersionFigures(load_attempts=2, load_failures=2)
+    assert decide(snap(broken, percent=0), RULES, T0 + 1).action is Action.ABORT

@@ -1,0 +1,146 @@
+"""Canary runner: steps applied through (fake) registry actions, once, across restarts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loraplane.cache_manager.canary_analysis import Action, AnalysisRules, Reason
+from loraplane.cache_manager.canary_runner import REASON_PREFIX, CanaryRunner, Run
+from loraplane.cache_manager.canary_window import CanaryWindow
+from loraplane.cache_manager.model import Pointers
+from loraplane.cache_manager.state import State
+
+RULES = AnalysisRules(stages=(10, 50, 100), dwell_s=10, window_s=20, min_requests=3)
+T0 = 2_000_000.0
+ADAPTER = "acme/code"
+CANARY, STABLE = "acme/code@v2", "acme/code@v1"
+
+
+@dataclass
+class FakeRegistry:
+    """The registry's pointers and every call made (what the audit log would show)."""
+
+    canary: str = "v2"
+    percent: int = 10
+    stable: str = "v1"
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    async def current(self, tenant_id: str, adapter_name: str) -> tuple[str, int]:
+        return self.canary, self.percent
+
+    async def set_share(self, tenant_id: str, adapter_name: str, version: str, percent: int,
+                        reason: str) -> None:
+        self.calls.append(("set_share", version, str(percent), reason))
+        self.canary, self.percent = version, percent
+
+    async def promote(self, tenant_id: str, adapter_name: str, version: str,
+                      reason: str) -> None:
+        self.calls.append(("promote", version, reason))
+        self.stable, self.canary, self.percent = version, "", 0
+
+    def pointers(self) -> Pointers:
+        return Pointers(stable=self.stable, canary=self.canary, canary_percent=self.percent)
+
+
+@dataclass
+class MemStore:
+    rows: dict[str, Run] = field(default_factory=dict)
+
+    async def load(self) -> dict[str, Run]:
+        return dict(self.rows)
+
+    async def save(self, run: Run) -> None:
+        self.rows[run.adapter_id] = run
+
+    async def delete(self, adapter_id: str) -> None:
+        self.rows.pop(adapter_id, None)
+
+
+def make(reg: FakeRegistry, store: MemStore) -> tuple[CanaryRunner, State]:
+    state = State()
+    state.set_pointers(ADAPTER, reg.pointers())
+    return CanaryRunner(lambda _t, _a: RULES, reg, store, CanaryWindow()), state
+
+
+def serve(runner: CanaryRunner, vid: str, t: float, n: int, *, ok: bool = True,
+          tag: str = "") -> None:
+    for i in range(n):
+        runner.window.request(vid, t, request_id=f"{vid}-{tag}-{t}-{i}", klass="interactive",
+                              ok=ok, degraded=False, ttft_ms=20.0)
+
+
+async def test_healthy_canary_walks_every_stage_then_is_promoted_once() -> None:
+    reg, store = FakeRegistry(), MemStore()
+    runner, state = make(reg, store)
+    await runner.start()
+    now = T0
+    for _ in range(3):
+        await runner.tick(state, now)            # stage starts (or continues)
+        serve(runner, CANARY, now + 1, 5)
+        serve(runner, STABLE, now + 1, 50)
+        assert await runner.tick(state, now + 5) == []  # dwell not over
+        taken = await runner.tick(state, now + 11)
+        assert len(taken) == 1
+        assert await runner.tick(state, now + 11) == []  # the same step is not taken twice
+        state.set_pointers(ADAPTER, reg.pointers())      # the lifecycle event arrives
+        now += 11
+    assert [c[0] for c in reg.calls] == ["set_share", "set_share", "promote"]
+    assert [c[2] for c in reg.calls[:2]] == ["50", "100"]
+    assert reg.stable == "v2" and reg.calls[-1][2].startswith(REASON_PREFIX)
+    await runner.tick(state, now + 1)
+    assert store.rows == {}  # the run ended with the canary pointer
+
+
+async def test_load_failures_abort_through_the_registry_and_demote() -> None:
+    reg, store = FakeRegistry(percent=20), MemStore()
+    runner, state = make(reg, store)
+    aborted: list[str] = []
+    runner.on_abort = lambda vid, _now: aborted.append(vid)
+    await runner.start()
+    await runner.tick(state, T0)
+    for i in range(2):
+        runner.window.load(CANARY, T0 + 1 + i, ok=False,
+                           error="LOAD_ERROR_CODE_DOWNLOAD_FAILED: no objects")
+    taken = await runner.tick(state, T0 + 3)
+    assert [(d.action, d.reason) for d in taken] == [(Action.ABORT, Reason.LOAD_FAILED)]
+    assert reg.calls[0][:3] == ("set_share", "", "0")
+    assert "DOWNLOAD_FAILED" in reg.calls[0][3] and '"load_failures":2' in reg.calls[0][3]
+    assert aborted == [CANARY] and reg.stable == "v1"
+
+
+async def test_a_new_leader_neither_loses_nor_repeats_a_step() -> None:
+    reg, store = FakeRegistry(), MemStore()
+    first, state = make(reg, store)
+    await first.start()
+    await first.tick(state, T0)
+    serve(first, CANARY, T0 + 1, 5)
+    # leader change mid-stage: the stage start is durable, the new leader's figures refill
+    second, state2 = make(reg, store)
+    await second.start()
+    assert second.runs[ADAPTER].stage_started_at == T0
+    serve(second, CANARY, T0 + 9, 5, tag="b")
+    taken = await second.tick(state2, T0 + 11)
+    assert [d.to_percent for d in taken] == [50]
+    # a third leader took over before the lifecycle event: its state still says 10 %
+    third, stale = make(FakeRegistry(percent=10), store)
+    third.actions = reg  # the same registry, now at 50 %
+    await third.start()
+    serve(third, CANARY, T0 + 12, 5, tag="c")
+    assert await third.tick(stale, T0 + 30) == []  # registry has moved on: not re-taken
+    assert [c[0] for c in reg.calls] == ["set_share"]
+
+
+async def test_a_share_changed_by_a_person_starts_a_new_stage_and_pause_survives() -> None:
+    reg, store = FakeRegistry(), MemStore()
+    runner, state = make(reg, store)
+    await runner.start()
+    await runner.tick(state, T0)
+    store.rows[ADAPTER] = runner.runs[ADAPTER] = Run(ADAPTER, "v2", 10, T0, paused=True)
+    serve(runner, CANARY, T0 + 1, 5)
+    assert await runner.tick(state, T0 + 15) == []
+    assert runner.last[ADAPTER].reason is Reason.PAUSED
+    reg.percent = 20
+    state.set_pointers(ADAPTER, reg.pointers())
+    await runner.tick(state, T0 + 16)
+    run = runner.runs[ADAPTER]
+    assert (run.percent, run.stage_started_at, run.paused) == (20, T0 + 16, True)
