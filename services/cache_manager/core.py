@@ -24,6 +24,7 @@ from loraplane.cache_manager.state import Applied, State
 from loraplane.cache_manager.tracker import CommandTracker, Pending, Resolution
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.online import CachePolicy
+from loraplane.policy.ranking import AdaptiveRanking
 
 NOT_PRESENT = "LOAD_ERROR_CODE_NOT_PRESENT"
 
@@ -149,6 +150,9 @@ class CacheCore:
             max_backoff_s=rules.commands.backoff_max_s,
         )
         self.planner = Planner(policy, policy_config, rules)
+        if policy.name == "heat" and policy_config.adaptive.enabled:
+            # the heat plan ranks by the adaptive experts the simulator measures
+            self.state.ranking = AdaptiveRanking(policy_config, self.planner.bandwidths)
         self.decisions = DecisionLog(decision_capacity)
         self._ids = id_factory
         self._queued: list[CommandSpec] = []
@@ -209,10 +213,6 @@ class CacheCore:
         self._queued.append(CommandSpec(CommandKind.DEMOTE, worker_id, vid, "golden_set_failed",
                                         detail, source="rule:canary_shadow"))
 
-    def publish_failed(self, command_id: str, now: float) -> Resolution | None:
-        """The command never reached the broker: count a retriable failure."""
-        return self.tracker.resolve(command_id, ok=False, now=now, retriable=True,
-                                    code="publish_failed")
     def canary_aborted(self, vid: str, now: float) -> None:
         """The canary analysis aborted ``vid``: demote it wherever it is HOT (the worker
         drains its in-flight requests first) and keep it from loading for the block time."""
@@ -223,3 +223,7 @@ class CacheCore:
                                                 "canary_aborted", "canary analysis",
                                                 source="rule:canary_analysis"))
 
+    def publish_failed(self, command_id: str, now: float) -> Resolution | None:
+        """The command never reached the broker: count a retriable failure."""
+        return self.tracker.resolve(command_id, ok=False, now=now, retriable=True,
+                                    code="publish_failed")

@@ -32,7 +32,6 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 import asyncpg
-import grpc
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from loraplane.cache_manager import canary_runner, store
@@ -59,6 +58,7 @@ from loraplane.policy.factory import make_policy
 from loraplane.shared import topics
 from loraplane.shared.consumer import ConsumerLoop, Restart
 from loraplane.shared.db import create_pool
+from loraplane.shared.tls import WORKER, TlsFiles, secure_or_insecure_aio_channel
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import events_pb2, worker_pb2, worker_pb2_grpc
 
@@ -90,10 +90,13 @@ class StateFetcher(Protocol):
 
 
 class GrpcStateFetcher:
-    """:class:`StateFetcher` over gRPC."""
+    """:class:`StateFetcher` over gRPC (mutual TLS when ``tls`` is set)."""
+
+    def __init__(self, tls: TlsFiles | None = None) -> None:
+        self.tls = tls
 
     async def get_state(self, address: str, timeout_s: float) -> events_pb2.WorkerState:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with secure_or_insecure_aio_channel(address, self.tls, server=WORKER) as channel:
             stub = worker_pb2_grpc.WorkerInternalStub(channel)
             state: events_pb2.WorkerState = await stub.GetState(
                 worker_pb2.GetStateRequest(), timeout=timeout_s)
@@ -139,8 +142,9 @@ class CacheManagerService:
         self.clock = clock
         self.metrics = CacheMetrics.for_registry(registry)
         _holder(registry).core = lambda: self.core
-        self.fetcher = fetcher or GrpcStateFetcher()
-        self.shadow = shadow or GrpcShadowRunner()
+        tls = settings.tls_files()
+        self.fetcher = fetcher or GrpcStateFetcher(tls)
+        self.shadow = shadow or GrpcShadowRunner(tls)
         make_policy(rules.policy, policy_config)  # fail at start on an unknown policy name
         self.core: CacheCore | None = None
         self.ready = False
@@ -156,12 +160,12 @@ class CacheManagerService:
         """Set (at the end of a leadership) once the stats are flushed: the consumers then
         commit their positions and close."""
         self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self.canary: canary_runner.CanaryRunner | None = None
+        """The canary analysis of the current leadership (None when standby)."""
 
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.canary: canary_runner.CanaryRunner | None = None
-        """The canary analysis of the current leadership (None when standby)."""
         """Stand by, lead when elected, until ``stop`` is set."""
         s = self.settings
         lock = LeaderLock(s.postgres_dsn, s.cache_manager_lock_key)
@@ -218,11 +222,11 @@ class CacheManagerService:
                      sum(1 for w in known if (v := core.state.workers.get(w)) and v.synced),
                      time.perf_counter() - started)
             tasks = [
+                *self._canary_tasks(core, pool),
                 *(asyncio.create_task(loop.run(), name=f"cm-consume-{name}")
                   for name, loop in self._loops.items()),
                 asyncio.create_task(self._decide(core, lock, sink, known, ready_by, started),
                                     name="cm-decide"),
-                *self._canary_tasks(core, pool),
                 asyncio.create_task(self._housekeeping(core, lock, pool), name="cm-house"),
             ]
             stopper = asyncio.create_task(stop.wait(), name="cm-stop")
@@ -326,12 +330,12 @@ class CacheManagerService:
                 self.metrics.events.labels(rec.topic, "undecodable").inc()
                 continue
             result = core.apply(rec.message, now)
+            if self.canary is not None:
+                canary_runner.observe(self.canary.window, rec.message, result, now)
             applied = result.applied
             self.metrics.events.labels(
                 rec.topic, "duplicate" if applied.duplicate else "applied").inc()
             if applied.unresolved:
-            if self.canary is not None:
-                canary_runner.observe(self.canary.window, rec.message, result, now)
                 self._unresolved.update(applied.unresolved)
             if result.resolutions:
                 self._resolutions(core, result.resolutions)
@@ -370,23 +374,19 @@ class CacheManagerService:
                 max_tokens=canary.golden_max_tokens, timeout_s=canary.golden_timeout_s)
             self.metrics.shadow.labels("ok").inc(result.ok)
             self.metrics.shadow.labels("failed").inc(result.failed)
+            if self.canary is not None:
+                self.canary.window.golden(vid, self.clock(), ok=result.ok, failed=result.failed,
+                                          error="; ".join(result.errors)[:300])
             if result.failed > canary.golden_max_failures and self.core is core:
                 log.warning("canary %s failed its golden set on %s: %s", vid, wid, result.errors)
                 core.shadow_failed(wid, vid, self.clock(),
                                    f"{result.failed} of {result.ok + result.failed} failed")
-            if self.canary is not None:
-                self.canary.window.golden(vid, self.clock(), ok=result.ok, failed=result.failed,
-                                          error="; ".join(result.errors)[:300])
                 self._trigger.set()
 
         task = asyncio.create_task(exercise(), name=f"cm-shadow-{vid}-{wid}")
         self._shadow_tasks.add(task)
         task.add_done_callback(self._shadow_tasks.discard)
 
-    # ------------------------------------------------------------------ decide
-
-    async def _decide(
-        self, core: CacheCore, lock: LeaderLock, sink: CommandSink, known: Mapping[str, str],
     def _canary_tasks(self, core: CacheCore, pool: asyncpg.Pool) -> list[asyncio.Task[None]]:
         """The canary analysis of this leadership (:mod:`.canary_runner`): steps through
         the registry with the operator token; without a token it is off (logged)."""
@@ -413,6 +413,10 @@ class CacheManagerService:
             canary_runner.run_loop(runner, core.state, interval_s=s.cache_manager_canary_interval_s,
                                    clock=self.clock), name="cm-canary")]
 
+    # ------------------------------------------------------------------ decide
+
+    async def _decide(
+        self, core: CacheCore, lock: LeaderLock, sink: CommandSink, known: Mapping[str, str],
         ready_by: float, started: float,
     ) -> None:
         s = self.settings
