@@ -7,11 +7,10 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from loraplane.admission.checks.files import SizeLimits
-from loraplane.shared.resources import config_file
+from loraplane.shared.resources import config_file, state_dir
 from loraplane.shared.settings import CommonSettings
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_METRICS_PORT = 19062
 """``make run`` port (stack port base 19000 + 62, see ``loraplane.stack.services``)."""
 
@@ -37,12 +36,15 @@ class AdmissionSettings(CommonSettings):
     ``<prefix>/<tenant>/<name>/<version>/<content digest>/`` for each version."""
     admission_catalogue_path: Path = config_file("base_models.yaml")
     """Catalogue of served base models."""
-    admission_platform_keys_dir: Path | None = REPO_ROOT / ".loraplane" / "models" / "keys"
+    admission_platform_keys_dir: Path | None = Field(
+        default_factory=lambda: state_dir() / "models" / "keys")
     """Public keys (``*.pub``/``*.pem``) trusted for every tenant; the default holds the
     dev key written by ``loraplane demo build``."""
-    admission_tenant_keys_dir: Path | None = REPO_ROOT / ".loraplane" / "tenant-keys"
+    admission_tenant_keys_dir: Path | None = Field(
+        default_factory=lambda: state_dir() / "tenant-keys")
     """``<dir>/<tenant_id>/*.pub``: keys trusted for one tenant only."""
-    admission_quarantine_dir: Path = REPO_ROOT / ".loraplane" / "admission" / "quarantine"
+    admission_quarantine_dir: Path = Field(
+        default_factory=lambda: state_dir() / "admission" / "quarantine")
     """Where artifacts are downloaded for checking (emptied at start, one subdirectory per
     check, removed after each verdict)."""
     admission_max_file_bytes: int = Field(default=512 << 20, gt=0)

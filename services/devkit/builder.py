@@ -51,6 +51,7 @@ from loraplane.devkit.corpus import CORPUS
 from loraplane.devkit.keys import write_dev_keys
 from loraplane.devkit.model import MODEL_NAME, TinyLlamaShape, build_base_model
 from loraplane.devkit.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, VOCAB_SIZE
+from loraplane.shared.resources import state_dir
 from loraplane.shared.signing import sign_directory
 
 BUILDER_VERSION = "1"
@@ -68,8 +69,8 @@ def repo_root() -> Path:
 
 
 def default_root() -> Path:
-    """``<repo>/.loraplane/models`` (git-ignored)."""
-    return repo_root() / ".loraplane" / "models"
+    """``models/`` under the state root (:func:`loraplane.shared.resources.state_dir`)."""
+    return state_dir() / "models"
 
 
 # --------------------------------------------------------------------------- manifest

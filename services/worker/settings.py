@@ -17,16 +17,13 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from loraplane.shared.resources import state_dir
 from loraplane.shared.settings import CommonSettings
 from loraplane.worker.engine import EngineLimits
 from loraplane.worker.engine_start import EngineOptions
 
 ZERO_ADAPTER_ENGINE_ID = 2_147_483_647
 """Engine id of the worker's all-zero adapter (int32 max; registry ids start at 1)."""
-
-
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
 
 
 class WorkerSettings(CommonSettings):
@@ -134,7 +131,7 @@ class WorkerSettings(CommonSettings):
         """The WARM tier directory."""
         if self.worker_host_dir is not None:
             return self.worker_host_dir
-        return _repo_root() / ".loraplane" / "worker" / self.worker_id
+        return state_dir() / "worker" / self.worker_id
 
     @property
     def instance(self) -> str:
