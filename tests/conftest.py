@@ -20,6 +20,10 @@ from loraplane.stack.stack import Stack
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# A shell that sourced make run's demo.env carries the operator's certificate: in-process
+# services of a test would serve mutual TLS with it. Tests that want TLS set it themselves.
+for _name in ("LORAPLANE_TLS_CA_FILE", "LORAPLANE_TLS_CERT_FILE", "LORAPLANE_TLS_KEY_FILE"):
+    os.environ.pop(_name, None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

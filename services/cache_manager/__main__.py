@@ -15,11 +15,11 @@ import logging
 import signal
 from collections.abc import Sequence
 
-from loraplane.cache_manager.grpc_api import CacheManagerApi
+from loraplane.cache_manager.grpc_api import AUTHZ_RULES, CacheManagerApi
+from loraplane.cache_manager.leaders import ShardedCacheManager
 from loraplane.cache_manager.metrics import CacheMetrics
 from loraplane.cache_manager.page import create_page_app, page_server
 from loraplane.cache_manager.rules import DEFAULT_RULES_PATH, RulesConfig, load_rules
-from loraplane.cache_manager.service import CacheManagerService
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.policy.config import DEFAULT_CONFIG_PATH, PolicyConfig, load_config
 from loraplane.shared.grpcutil import Service, build_server
@@ -27,13 +27,15 @@ from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.shared.metrics import start_metrics_server
 from loraplane.shared.resources import migrations_dir
 from loraplane.shared.service_cli import ShippedFile, parse_service_args
+from loraplane.shared.tls import server_security
 from loraplane.v1 import cache_pb2_grpc
 
 log = logging.getLogger("loraplane.cache_manager")
 
 SUMMARY = """The cache manager: plans which adapter versions are HOT, WARM or COLD on which
 worker (the cache policy plus the business rules) and commands the workers over Kafka.
-One leader per deployment (PostgreSQL advisory lock); further instances stand by."""
+One leader per deployment, or per base model with LORAPLANE_CACHE_MANAGER_SHARDS
+(PostgreSQL advisory locks); further instances stand by."""
 
 
 async def serve(
@@ -41,12 +43,14 @@ async def serve(
 ) -> None:
     """Serve ``/metrics`` and the read API, and stand by / lead until SIGINT or SIGTERM."""
     start_metrics_server(settings.cache_manager_metrics_port, addr=settings.cache_manager_bind)
-    service = CacheManagerService(settings, rules, policy_config)
+    service = ShardedCacheManager(settings, rules, policy_config)
     api = CacheManagerApi(lambda: service.core, settings.instance)
+    credentials, interceptors = server_security(settings.tls_files(), AUTHZ_RULES)
     server = build_server(
         [Service(cache_pb2_grpc.add_CacheManagerServicer_to_server, api,
                  "loraplane.v1.CacheManager")],
         port=settings.cache_manager_grpc_port, host=settings.cache_manager_bind,
+        credentials=credentials, interceptors=interceptors,
     )
     await server.start()
     page_task: asyncio.Task[None] | None = None

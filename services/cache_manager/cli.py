@@ -23,6 +23,8 @@ from rich.text import Text
 
 from loraplane.cache_manager.settings import DEFAULT_GRPC_PORT
 from loraplane.cache_manager.store import split_version_id
+from loraplane.shared.settings import CommonSettings
+from loraplane.shared.tls import CACHE_MANAGER, secure_or_insecure_channel
 from loraplane.v1 import cache_pb2, cache_pb2_grpc, common_pb2
 
 app = typer.Typer(help="Cache manager: placement of adapter versions on workers, decisions.",
@@ -49,7 +51,9 @@ def _addr(addr: str | None) -> str:
 
 
 def _stub(addr: str | None) -> tuple[grpc.Channel, cache_pb2_grpc.CacheManagerStub]:
-    channel = grpc.insecure_channel(_addr(addr))
+    # mutual TLS when LORAPLANE_TLS_* name the operator's certificate (demo.env does)
+    channel = secure_or_insecure_channel(_addr(addr), CommonSettings().tls_files(),
+                                         server=CACHE_MANAGER)
     return channel, cache_pb2_grpc.CacheManagerStub(channel)
 
 

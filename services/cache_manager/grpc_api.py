@@ -14,9 +14,15 @@ from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.messages import decision_proto, placement_proto, worker_info
 from loraplane.cache_manager.model import Ref, Tier
 from loraplane.shared.errors import InvalidArgument, NotFound, Unavailable
+from loraplane.shared.tls import GATEWAY, OPERATOR, allow
 from loraplane.shared.vocab import tier_to_proto
 from loraplane.v1 import cache_pb2, cache_pb2_grpc, events_pb2
 
+AUTHZ_RULES = {
+    # the gateway's placement bootstrap; operators (loraplane cache status)
+    "/loraplane.v1.CacheManager/": allow(GATEWAY, OPERATOR),
+}
+"""Who may read the cache manager's API (mutual TLS on, ``shared.tls``)."""
 DEFAULT_DECISIONS = 50
 MAX_DECISIONS = 2000
 

@@ -32,7 +32,6 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 import asyncpg
-import grpc
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from loraplane.cache_manager import canary_runner, store
@@ -59,6 +58,7 @@ from loraplane.policy.factory import make_policy
 from loraplane.shared import topics
 from loraplane.shared.consumer import ConsumerLoop, Restart
 from loraplane.shared.db import create_pool
+from loraplane.shared.tls import WORKER, TlsFiles, secure_or_insecure_aio_channel
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import events_pb2, worker_pb2, worker_pb2_grpc
 
@@ -90,10 +90,13 @@ class StateFetcher(Protocol):
 
 
 class GrpcStateFetcher:
-    """:class:`StateFetcher` over gRPC."""
+    """:class:`StateFetcher` over gRPC (mutual TLS when ``tls`` is set)."""
+
+    def __init__(self, tls: TlsFiles | None = None) -> None:
+        self.tls = tls
 
     async def get_state(self, address: str, timeout_s: float) -> events_pb2.WorkerState:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with secure_or_insecure_aio_channel(address, self.tls, server=WORKER) as channel:
             stub = worker_pb2_grpc.WorkerInternalStub(channel)
             state: events_pb2.WorkerState = await stub.GetState(
                 worker_pb2.GetStateRequest(), timeout=timeout_s)
@@ -139,8 +142,9 @@ class CacheManagerService:
         self.clock = clock
         self.metrics = CacheMetrics.for_registry(registry)
         _holder(registry).core = lambda: self.core
-        self.fetcher = fetcher or GrpcStateFetcher()
-        self.shadow = shadow or GrpcShadowRunner()
+        tls = settings.tls_files()
+        self.fetcher = fetcher or GrpcStateFetcher(tls)
+        self.shadow = shadow or GrpcShadowRunner(tls)
         make_policy(rules.policy, policy_config)  # fail at start on an unknown policy name
         self.core: CacheCore | None = None
         self.ready = False

@@ -17,6 +17,7 @@ from typing import Protocol
 import grpc
 
 from loraplane.cache_manager.model import VersionRecord
+from loraplane.shared.tls import WORKER, TlsFiles, secure_or_insecure_aio_channel
 from loraplane.v1 import common_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
 
 
@@ -40,7 +41,11 @@ class ShadowRunner(Protocol):
 
 
 class GrpcShadowRunner:
-    """:class:`ShadowRunner` over ``WorkerInternal.Generate``."""
+    """:class:`ShadowRunner` over ``WorkerInternal.Generate`` (mutual TLS when ``tls``
+    is set)."""
+
+    def __init__(self, tls: TlsFiles | None = None) -> None:
+        self.tls = tls
 
     async def run(
         self, address: str, record: VersionRecord, prompts: list[str], *, max_tokens: int,
@@ -48,7 +53,7 @@ class GrpcShadowRunner:
     ) -> ShadowResult:
         ok = failed = 0
         errors: list[str] = []
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with secure_or_insecure_aio_channel(address, self.tls, server=WORKER) as channel:
             stub = worker_pb2_grpc.WorkerInternalStub(channel)
             for prompt in prompts:
                 req = worker_pb2.WorkerGenerateRequest(

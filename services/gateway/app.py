@@ -46,6 +46,7 @@ from loraplane.gateway.workers import WorkerPool
 from loraplane.shared import topics
 from loraplane.shared.grpcutil import GrpcServer
 from loraplane.shared.metrics import start_metrics_server
+from loraplane.shared.tls import CACHE_MANAGER, REGISTRY_ID, secure_or_insecure_aio_channel
 from loraplane.v1.events_pb2 import TenantEvent
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def build_gateway(
         catalog=AdapterCatalog(shares=settings.shares),
         placement=placement,
         local=LocalLoad(settings.max_cold_loads_per_worker),
-        workers=workers or WorkerPool(),
+        workers=workers or WorkerPool(tls=settings.tls_files()),
         heat=HeatEmitter(
             publisher, producer=settings.producer_id, source_id=settings.producer_id,
             max_batch=settings.heat_max_batch, max_pending=settings.heat_max_pending,
@@ -183,7 +184,8 @@ class GatewayApp:
             await ensure_topics(s.kafka_bootstrap)
             await self.publisher.start()
         if s.bootstrap:
-            registry = grpc.aio.insecure_channel(s.registry_addr)
+            registry = secure_or_insecure_aio_channel(
+                s.registry_addr, s.tls_files(), server=REGISTRY_ID)
             self._channels.append(registry)
             g._on_incomplete = VersionRepair(registry, g.catalog, token=s.registry_token)
             self._tasks.bootstrap = asyncio.create_task(self._bootstrap(registry))
@@ -248,7 +250,8 @@ class GatewayApp:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 10.0)
             try:
-                cache = grpc.aio.insecure_channel(s.cache_manager_addr)
+                cache = secure_or_insecure_aio_channel(
+                    s.cache_manager_addr, s.tls_files(), server=CACHE_MANAGER)
                 self._channels.append(cache)
                 n = await bootstrap_placement(cache, g.placement, timeout_s=s.bootstrap_timeout_s)
                 log.info("bootstrapped %d workers from the cache manager", n)

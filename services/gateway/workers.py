@@ -6,6 +6,7 @@ from typing import Any
 
 import grpc
 
+from loraplane.shared.tls import WORKER, TlsFiles, secure_or_insecure_aio_channel
 from loraplane.v1 import worker_pb2_grpc
 
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
@@ -20,9 +21,12 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 class WorkerPool:
     """Lazily opened, cached stubs for worker addresses."""
 
-    def __init__(self, options: tuple[tuple[str, Any], ...] = CHANNEL_OPTIONS) -> None:
-        """``options``: gRPC channel options."""
+    def __init__(self, options: tuple[tuple[str, Any], ...] = CHANNEL_OPTIONS, *,
+                 tls: TlsFiles | None = None) -> None:
+        """``options``: gRPC channel options; ``tls``: the gateway's certificate (mutual
+        TLS, the worker's certificate must name ``worker``), ``None``: plaintext."""
         self._options = list(options)
+        self._tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, worker_pb2_grpc.WorkerInternalStub] = {}
 
@@ -30,7 +34,8 @@ class WorkerPool:
         """The stub for ``address`` (``host:port``), opening the channel on first use."""
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=self._options)
+            channel = secure_or_insecure_aio_channel(
+                address, self._tls, server=WORKER, options=self._options)
             self._channels[address] = channel
             stub = worker_pb2_grpc.WorkerInternalStub(channel)
             self._stubs[address] = stub

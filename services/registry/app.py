@@ -19,19 +19,19 @@ import asyncpg
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from loraplane.registry.admissions import AdmissionConsumer
-from loraplane.registry.auth import ADMIN_SERVICE, OperatorAuth, is_admin_method
+from loraplane.registry.auth import ADMIN_SERVICE, OperatorAuth, admin_rules
 from loraplane.registry.metrics import RegistryMetrics
 from loraplane.registry.servicer import RegistryAdminServicer
 from loraplane.registry.settings import RegistrySettings
 from loraplane.shared.db import create_pool
 from loraplane.shared.grpcutil import (
     GrpcServer,
-    MetadataAuthInterceptor,
     Service,
     build_server,
 )
 from loraplane.shared.metrics import RpcMetrics, start_metrics_server
 from loraplane.shared.outbox import OutboxRelay, PublishedRow, ensure_topics
+from loraplane.shared.tls import AuthzInterceptor, CertExpiry
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, Clock, utc_now
 from loraplane.v1 import registry_pb2_grpc
 
@@ -93,13 +93,17 @@ class RegistryApp:
             pool=self.pool, bucket=s.artifact_bucket, producer=s.producer,
             metrics=self.metrics, clock=self.clock, topic_prefix=s.registry_topic_prefix,
         )
+        files = s.tls_files()
+        credentials = (files.server_credentials(CertExpiry.for_registry(self.registry))
+                       if files is not None else None)
         self.server = build_server(
             [Service(registry_pb2_grpc.add_RegistryAdminServicer_to_server, servicer,
                      ADMIN_SERVICE)],
             port=s.registry_grpc_port,
             host=s.registry_bind,
-            interceptors=[MetadataAuthInterceptor(self._auth, applies_to=is_admin_method)],
+            interceptors=[AuthzInterceptor(admin_rules(self._auth), registry=self.registry)],
             metrics=RpcMetrics.for_registry(self.registry),
+            credentials=credentials,
         )
         await self.server.start()
         sink = self._published_sink

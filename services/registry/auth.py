@@ -1,9 +1,13 @@
 """Operator authentication of the registry admin API.
 
-Every RegistryAdmin call carries ``authorization: Bearer <operator token>``
-(``LORAPLANE_REGISTRY_OPERATOR_TOKEN``). Missing → UNAUTHENTICATED; anything else
-than the operator token (including a tenant's API key) → PERMISSION_DENIED. Health
-checks and reflection are not guarded. The optional ``x-loraplane-actor`` metadata
+An operator proves who they are with the ``operator`` client certificate (mutual TLS on,
+:mod:`loraplane.shared.tls`) or with ``authorization: Bearer <operator token>``
+(``LORAPLANE_REGISTRY_OPERATOR_TOKEN``; a CI pipeline, the gateway's bootstrap). Neither
+→ UNAUTHENTICATED (no certificate) or PERMISSION_DENIED (a certificate of another
+identity); anything else than the operator token (including a tenant's API key) →
+PERMISSION_DENIED; counted in ``loraplane_grpc_auth_refusals_total``. With mutual TLS on
+a caller also needs a certificate of the platform's CA to connect at all. Health checks
+and reflection are not guarded. The optional ``x-loraplane-actor`` metadata
 names who acts (audit log); it is informational, the token is the credential.
 """
 
@@ -14,6 +18,7 @@ import re
 
 from loraplane.shared.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from loraplane.shared.grpcutil import Metadata, bearer_token, metadata_value
+from loraplane.shared.tls import OPERATOR, Rule, allow
 
 ADMIN_SERVICE = "loraplane.v1.RegistryAdmin"
 ACTOR_METADATA = "x-loraplane-actor"
@@ -45,6 +50,11 @@ class OperatorAuth:
             )
         if not hmac.compare_digest(presented.encode("utf-8"), self._token):
             raise PermissionDenied(f"{full_method}: the token is not the operator token")
+
+
+def admin_rules(auth: OperatorAuth) -> dict[str, Rule]:
+    """The authorization table of RegistryAdmin: the operator certificate or token."""
+    return {f"/{ADMIN_SERVICE}/": allow(OPERATOR, token=auth)}
 
 
 def actor_of(metadata: Metadata) -> str:

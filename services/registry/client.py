@@ -39,6 +39,7 @@ from loraplane.shared.signing import (
     manifest_digest,
     sign_directory,
 )
+from loraplane.shared.tls import REGISTRY_ID, TlsFiles, secure_or_insecure_channel
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
 
 DECIDED = frozenset({
@@ -93,16 +94,18 @@ class RegistryClient:
     """Synchronous RegistryAdmin client; adds the operator token and actor to every call."""
 
     def __init__(
-        self, addr: str, token: str, *, actor: str = "", timeout_s: float = 30.0
+        self, addr: str, token: str, *, actor: str = "", timeout_s: float = 30.0,
+        tls: TlsFiles | None = None,
     ) -> None:
-        """``addr``: ``host:port``; ``token``: the operator token."""
+        """``addr``: ``host:port``; ``token``: the operator token (may be empty when
+        ``tls`` holds the ``operator`` certificate); ``tls``: mutual TLS files."""
         self.addr = addr
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(addr)
+        self.channel = secure_or_insecure_channel(addr, tls, server=REGISTRY_ID)
         self.stub = registry_pb2_grpc.RegistryAdminStub(self.channel)
         actor = actor or f"cli/{_user()}"
         self.metadata: tuple[tuple[str, str], ...] = (
-            ("authorization", f"Bearer {token}"),
+            *((("authorization", f"Bearer {token}"),) if token else ()),
             (ACTOR_METADATA, actor),
         )
 
@@ -110,7 +113,8 @@ class RegistryClient:
     def from_settings(cls, s: RegistryClientSettings) -> RegistryClient:
         """A client for ``LORAPLANE_REGISTRY_ADDR`` with ``LORAPLANE_REGISTRY_OPERATOR_TOKEN``."""
         return cls(s.registry_addr, s.registry_operator_token.get_secret_value(),
-                   actor=s.registry_actor, timeout_s=s.registry_timeout_s)
+                   actor=s.registry_actor, timeout_s=s.registry_timeout_s,
+                   tls=s.tls_files())
 
     def __enter__(self) -> Self:
         return self

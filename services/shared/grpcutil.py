@@ -331,9 +331,12 @@ def build_server(
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     metrics: RpcMetrics | None = None,
     options: Sequence[tuple[str, Any]] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> GrpcServer:
     """Build (not start) an asyncio gRPC server on ``host:port`` (``port=0``: any free port).
 
+    ``credentials``: TLS server credentials (``TlsFiles.server_credentials`` of
+    :mod:`loraplane.shared.tls`: mutual TLS); ``None``: plaintext.
     Raises ``OSError`` if the port cannot be bound.
     """
     server = grpc.aio.server(
@@ -348,7 +351,8 @@ def build_server(
     reflection.enable_server_reflection(
         [*names, "grpc.health.v1.Health", reflection.SERVICE_NAME], server
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = (server.add_insecure_port(f"{host}:{port}") if credentials is None
+             else server.add_secure_port(f"{host}:{port}", credentials))
     if bound == 0:
         raise OSError(f"cannot bind gRPC server to {host}:{port}")
     return GrpcServer(server=server, port=bound, health=health, service_names=names)

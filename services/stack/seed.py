@@ -69,6 +69,9 @@ def seed_platform(manifest: DemoManifest, env: dict[str, str],
         s3_endpoint=env["LORAPLANE_S3_ENDPOINT"],
         s3_access_key=env["LORAPLANE_S3_ACCESS_KEY"],
         s3_secret_key=env["LORAPLANE_S3_SECRET_KEY"],
+        tls_ca_file=env.get("LORAPLANE_TLS_CA_FILE", ""),  # the operator's certificate
+        tls_cert_file=env.get("LORAPLANE_TLS_CERT_FILE", ""),
+        tls_key_file=env.get("LORAPLANE_TLS_KEY_FILE", ""),
     )
     catalogue = load_catalogue(config_file("base_models.yaml"))
     out: dict[str, str] = {}

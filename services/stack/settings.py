@@ -84,6 +84,12 @@ class StackSettings(BaseSettings):
     kafka_bucket: str = "tansu"
     """Bucket holding Tansu's durable topic storage."""
 
+    tls: bool = True
+    """Mutual TLS on every internal gRPC API (worker, cache manager, registry): the stack
+    writes a dev CA and one certificate per service under ``<data dir>/pki`` and points
+    each service's ``LORAPLANE_TLS_*`` at its own; demo.env carries the operator's.
+    ``LORAPLANE_STACK_TLS=false``: plaintext, as compose without certificates."""
+
     demo_env_file: Path | None = None
     """Where ``make run`` writes the demo environment; default ``.loraplane/demo.env``."""
 

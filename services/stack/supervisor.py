@@ -43,6 +43,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from loraplane.stack.certs import OPERATOR, ensure_dev_pki
 from loraplane.stack.components import Component, Health, StackError, port_in_use
 from loraplane.stack.services import SERVICES, ServiceSpec, existing_services
 from loraplane.stack.settings import StackSettings, repo_root
@@ -68,9 +69,24 @@ def service_env(s: StackSettings, extra: dict[str, str] | None = None) -> dict[s
     env["LORAPLANE_ADMISSION_QUARANTINE_DIR"] = str(s.root / "admission-quarantine")
     env["HF_HUB_OFFLINE"] = "1"
     env["TRANSFORMERS_OFFLINE"] = "1"
+    if s.tls:  # mutual TLS on every internal gRPC API; the CLI and seed are the operator
+        env.update(tls_env(s, OPERATOR))
     if extra:
         env.update(extra)
     return env
+
+
+def pki_dir(s: StackSettings) -> Path:
+    """Where the stack's dev CA and certificates live (:mod:`loraplane.stack.certs`)."""
+    return s.root / "pki"
+
+
+def tls_env(s: StackSettings, identity: str) -> dict[str, str]:
+    """``LORAPLANE_TLS_*`` of one identity's certificate from the stack's dev CA."""
+    d = pki_dir(s)
+    return {"LORAPLANE_TLS_CA_FILE": str(d / "ca.pem"),
+            "LORAPLANE_TLS_CERT_FILE": str(d / f"{identity}.pem"),
+            "LORAPLANE_TLS_KEY_FILE": str(d / f"{identity}.key")}
 
 
 def placement_page(s: StackSettings, env: dict[str, str]) -> str | None:
@@ -90,6 +106,8 @@ def replica_env(s: StackSettings, spec: ServiceSpec, replica: int) -> dict[str, 
     """What differs between replicas of a service: its ports and, for a worker, its id
     and WARM-tier directory (``worker-0`` keeps ``worker-host``)."""
     env = spec.env(s, replica)
+    if s.tls:  # each service presents its own identity (every worker replica: worker)
+        env.update(tls_env(s, spec.name))
     if spec.name == "worker":
         env["LORAPLANE_WORKER_ID"] = f"worker-{replica}"
         # vLLM-CPU's default ("auto") binds every engine's threads to the same first core,
@@ -257,6 +275,9 @@ class Supervisor:
         t0 = time.monotonic()
         self.echo("starting the embedded stack")
         timings = self.stack.up(echo=True)
+        if self.s.tls:
+            ensure_dev_pki(pki_dir(self.s))
+            self.echo(f"  dev CA      {pki_dir(self.s)} (mutual TLS on the internal APIs)")
         from loraplane.shared.migrations import migrate_up
 
         migrate_up(self.s.postgres_dsn)

@@ -22,6 +22,7 @@ from loraplane.policy.config import load_config
 from loraplane.shared import topics
 from loraplane.shared.grpcutil import GrpcServer, Service, build_server
 from loraplane.shared.metrics import RpcMetrics
+from loraplane.shared.tls import CACHE_MANAGER, GATEWAY, OPERATOR, allow, server_security
 from loraplane.v1 import events_pb2, worker_pb2_grpc
 from loraplane.worker import reports
 from loraplane.worker.commands import CommandExecutor
@@ -43,6 +44,14 @@ ZERO_ADAPTER_RANK = 8
 ZERO_ADAPTER_MODULES = ("q_proj", "v_proj")
 ENGINE_WATCH_S = 1.0
 """Period of the engine liveness check."""
+AUTHZ_RULES = {
+    # serving is the gateway's (a direct call would bypass tenant auth, quotas and
+    # accounting); the cache manager's shadow runs before a canary (shadow.py) too
+    "/loraplane.v1.WorkerInternal/Generate": allow(GATEWAY, CACHE_MANAGER),
+    # the gateway's liveness probes, the cache manager's snapshots, an operator looking
+    "/loraplane.v1.WorkerInternal/GetState": allow(GATEWAY, CACHE_MANAGER, OPERATOR),
+}
+"""Who may call the worker's ``WorkerInternal`` API (mutual TLS on, ``shared.tls``)."""
 
 
 def _now() -> datetime:
@@ -77,6 +86,7 @@ class WorkerApp:
         self.kafka_enabled = kafka
         self.metrics = WorkerMetrics.for_registry(registry)
         self.rpc_metrics = RpcMetrics.for_registry(registry)
+        self.metrics_registry = registry
         self.engine = SafeEngine(engine)
         self.store = store or MinioStore(
             settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
@@ -202,10 +212,13 @@ class WorkerApp:
         if self.rescan.dropped:
             log.warning("host tier: %d entries failed re-verification and were deleted: %s",
                         len(self.rescan.dropped), self.rescan.dropped)
+        credentials, interceptors = server_security(
+            s.tls_files(), AUTHZ_RULES, registry=self.metrics_registry)
         self.server = build_server(
             [Service(worker_pb2_grpc.add_WorkerInternalServicer_to_server, self.service,
                      "loraplane.v1.WorkerInternal")],
             port=s.worker_grpc_port, host=s.worker_grpc_host, metrics=self.rpc_metrics,
+            credentials=credentials, interceptors=interceptors,
         )
         await self.server.start()
         self.ready = True

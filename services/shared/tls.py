@@ -1,0 +1,379 @@
+"""Mutual TLS for the internal gRPC APIs, and who may call what.
+
+One place builds every credential and makes every authorization decision:
+
+* :class:`TlsFiles` (from :class:`~loraplane.shared.settings.CommonSettings`'
+  ``LORAPLANE_TLS_CA_FILE`` / ``_CERT_FILE`` / ``_KEY_FILE``; all three or none):
+  :meth:`TlsFiles.server_credentials` requires a client certificate signed by the CA
+  (a caller without one, with one from another CA, or with an expired one is refused in
+  the TLS handshake: grpcio gives the server no hook there, so the caller sees
+  UNAVAILABLE and gRPC core logs ``Handshake failed``); the server re-reads its
+  certificate and key when their files change (checked at each new connection: rotation
+  without a restart). :meth:`TlsFiles.channel_credentials` is the client side: it trusts
+  only the CA and presents the caller's certificate.
+* :func:`peer_identity`: who the caller is: the SAN URI ``spiffe://loraplane/<name>`` of
+  its verified certificate (else its subject CN).
+* :class:`AuthzInterceptor`: per full method, the identities allowed (and optionally a
+  bearer-token check that may stand in for a certificate, e.g. the registry's operator
+  token); unlisted methods are refused, health and reflection are open to any caller
+  that passed the handshake. A refusal is UNAUTHENTICATED (no identity, no token) or
+  PERMISSION_DENIED (identity not allowed, wrong token) with a message naming the
+  method, the caller and who is allowed, and is counted in
+  ``loraplane_grpc_auth_refusals_total{service, rpc, reason}``.
+* ``loraplane_tls_certificate_expiry_timestamp_seconds{role}``: notAfter of the
+  certificate (and CA) a process serves and dials with.
+
+Nothing here logs or exports key material or tokens (the token check only compares).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+from loraplane.shared.errors import LoraplaneError, PermissionDenied, Unauthenticated
+from loraplane.shared.grpcutil import AuthCheck, _rewrap
+from loraplane.shared.metrics import PerRegistry, split_method
+
+log = logging.getLogger(__name__)
+
+SPIFFE_PREFIX = "spiffe://loraplane/"
+"""SAN URI prefix naming an identity (``spiffe://loraplane/gateway``)."""
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+"""Methods any caller that passed the TLS handshake may call."""
+
+# Identities of the platform (the CN / SAN URI name of each certificate).
+GATEWAY = "gateway"
+CACHE_MANAGER = "cache-manager"
+WORKER = "worker"
+REGISTRY_ID = "registry"
+OPERATOR = "operator"
+
+
+class TlsConfigError(ValueError):
+    """The TLS settings are incomplete or name files that cannot be read."""
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The CA bundle to trust, and this process's own certificate chain and key (PEM)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def from_settings(cls, ca: str, cert: str, key: str) -> TlsFiles | None:
+        """``None`` when all three are empty (TLS off); an error naming what is missing
+        or unreadable otherwise."""
+        given = {"LORAPLANE_TLS_CA_FILE": ca, "LORAPLANE_TLS_CERT_FILE": cert,
+                 "LORAPLANE_TLS_KEY_FILE": key}
+        if not any(given.values()):
+            return None
+        missing = [name for name, value in given.items() if not value]
+        if missing:
+            raise TlsConfigError(f"TLS needs all three files; not set: {', '.join(missing)}")
+        files = cls(Path(ca), Path(cert), Path(key))
+        unreadable = [f"{name}={value}" for name, value in given.items()
+                      if not os.access(value, os.R_OK)]
+        if unreadable:
+            raise TlsConfigError(f"cannot read TLS file(s): {', '.join(unreadable)}")
+        return files
+
+    def _read(self) -> tuple[bytes, bytes, bytes]:
+        return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
+
+    def _stamp(self) -> tuple[float, ...]:
+        return tuple(p.stat().st_mtime_ns for p in (self.ca, self.cert, self.key))
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """Client side: trust only the CA, present this process's certificate (read now:
+        a channel opened after a rotation uses the new files)."""
+        ca, cert, key = self._read()
+        return grpc.ssl_channel_credentials(
+            root_certificates=ca, private_key=key, certificate_chain=cert)
+
+    def server_credentials(
+        self, expiry: CertExpiry | None = None) -> grpc.ServerCredentials:
+        """Server side: present this certificate, require a client certificate signed by
+        the CA; the files are re-read when they change (at the next new connection)."""
+        reloader = _Reloader(self, expiry)
+        return grpc.dynamic_ssl_server_credentials(
+            reloader.initial(), reloader.fetch, require_client_authentication=True)
+
+    def not_after(self) -> dict[str, float]:
+        """notAfter (Unix seconds) of the certificate (``cert``) and of the CA (``ca``)."""
+        out = {}
+        for role, path in (("cert", self.cert), ("ca", self.ca)):
+            cert = x509.load_pem_x509_certificate(path.read_bytes())
+            out[role] = cert.not_valid_after_utc.timestamp()
+        return out
+
+
+def _check_pair(cert_pem: bytes, key_pem: bytes) -> None:
+    """Raise ``ValueError`` unless the key is the certificate's (a half-written rotation
+    must not replace a working pair)."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    key = serialization.load_pem_private_key(key_pem, None)
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    if (key.public_key().public_bytes(serialization.Encoding.PEM, spki)
+            != cert.public_key().public_bytes(serialization.Encoding.PEM, spki)):
+        raise ValueError("the private key does not belong to the certificate")
+
+
+class _Reloader:
+    """The ``certificate_configuration_fetcher`` of a server: gRPC calls it on every new
+    connection (from its own thread); a changed file set is read and handed over."""
+
+    def __init__(self, files: TlsFiles, expiry: CertExpiry | None) -> None:
+        self.files = files
+        self.expiry = expiry
+        self._lock = threading.Lock()
+        self._stamp: tuple[float, ...] = ()
+        self._failed_stamp: tuple[float, ...] = ()
+
+    def _config(self) -> Any:
+        ca, cert, key = self.files._read()
+        _check_pair(cert, key)
+        config = grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+        if self.expiry is not None:
+            self.expiry.observe(self.files)
+        return config
+
+    def initial(self) -> Any:
+        self._stamp = self.files._stamp()
+        return self._config()
+
+    def fetch(self) -> Any:
+        try:
+            stamp = self.files._stamp()
+        except OSError:
+            return None  # mid-rotation (a file renamed away): keep serving the old one
+        with self._lock:
+            if stamp == self._stamp or stamp == self._failed_stamp:
+                return None
+            try:
+                config = self._config()
+            except (OSError, ValueError) as exc:
+                self._failed_stamp = stamp
+                log.warning("TLS files changed but cannot be loaded (%s); keeping the "
+                            "previous certificate", type(exc).__name__)
+                return None
+            self._stamp = stamp
+            log.info("TLS certificate reloaded from %s", self.files.cert)
+            return config
+
+
+class CertExpiry(PerRegistry):
+    """``loraplane_tls_certificate_expiry_timestamp_seconds{role}`` (``cert``, ``ca``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.gauge = Gauge(
+            "loraplane_tls_certificate_expiry_timestamp_seconds",
+            "notAfter (Unix time) of the TLS certificate this process presents (role=cert) "
+            "and of the CA it trusts (role=ca).", ["role"], registry=registry)
+
+    def observe(self, files: TlsFiles) -> None:
+        for role, when in files.not_after().items():
+            self.gauge.labels(role).set(when)
+
+
+class AuthMetrics(PerRegistry):
+    """``loraplane_grpc_auth_refusals_total{service, rpc, reason}``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.refusals = Counter(
+            "loraplane_grpc_auth_refusals",
+            "Internal gRPC calls refused by authentication or authorization, by gRPC "
+            "service, method and reason (no_identity, identity_not_allowed, missing_token, "
+            "bad_token, no_rule).", ["service", "rpc", "reason"], registry=registry)
+
+
+def peer_identity(context: grpc.aio.ServicerContext) -> str | None:
+    """The verified caller's identity: its ``spiffe://loraplane/<name>`` SAN URI, else its
+    certificate's CN; ``None`` on a plaintext connection."""
+    auth = context.auth_context() or {}
+    for uri in auth.get("peer_spiffe_id", ()) or auth.get("peer_uri", ()):
+        text = uri.decode() if isinstance(uri, bytes) else str(uri)
+        if text.startswith(SPIFFE_PREFIX):
+            return text.removeprefix(SPIFFE_PREFIX)
+    for cn in auth.get("x509_common_name", ()):
+        return cn.decode() if isinstance(cn, bytes) else str(cn)
+    return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Who may call one method: these certificate identities, or (when ``token`` is set)
+    any caller whose bearer token ``token`` accepts."""
+
+    identities: frozenset[str]
+    token: AuthCheck | None = field(default=None, compare=False)
+
+
+def allow(*identities: str, token: AuthCheck | None = None) -> Rule:
+    """A rule: ``allow(GATEWAY, CACHE_MANAGER)``."""
+    return Rule(frozenset(identities), token)
+
+
+class _Refusal(LoraplaneError):
+    """Carries the counted reason beside the status."""
+
+    def __init__(self, base: type[LoraplaneError], message: str, reason: str) -> None:
+        super().__init__(message)
+        self.grpc_code = base.grpc_code
+        self.http_status = base.http_status
+        self.reason = reason
+
+
+class AuthzInterceptor(grpc.aio.ServerInterceptor):
+    """Authorize every call by the caller's certificate identity (and optional token).
+
+    ``rules`` maps full method names (``/loraplane.v1.WorkerInternal/Generate``) or whole
+    services (``/loraplane.v1.RegistryAdmin/``, ending in ``/``) to a :class:`Rule`; a
+    method matching neither (and not health / reflection) is refused. Place it after
+    :class:`~loraplane.shared.grpcutil.ServiceInterceptor` (``build_server`` does) so a
+    refusal becomes its status.
+    """
+
+    def __init__(self, rules: Mapping[str, Rule], *,
+                 registry: CollectorRegistry = REGISTRY) -> None:
+        self.rules = dict(rules)
+        self.metrics = AuthMetrics.for_registry(registry)
+
+    def rule_for(self, method: str) -> Rule | None:
+        """The rule of ``method`` (its own, else its service's)."""
+        rule = self.rules.get(method)
+        if rule is None:
+            rule = self.rules.get(method.rsplit("/", 1)[0] + "/")
+        return rule
+
+    def check(self, method: str, identity: str | None,
+              metadata: Iterable[tuple[str, str | bytes]]) -> None:
+        """Return when the caller may call ``method``; raise (counted) otherwise."""
+        try:
+            self._decide(method, identity, tuple(metadata))
+        except _Refusal as refusal:
+            service, rpc = split_method(method)
+            self.metrics.refusals.labels(service, rpc, refusal.reason).inc()
+            raise
+
+    def _decide(self, method: str, identity: str | None,
+                metadata: tuple[tuple[str, str | bytes], ...]) -> None:
+        rule = self.rule_for(method)
+        if rule is None:
+            raise _Refusal(PermissionDenied, f"{method}: no caller is allowed", "no_rule")
+        if identity is not None and identity in rule.identities:
+            return
+        allowed = ", ".join(sorted(rule.identities)) or "none"
+        who = (f"caller {identity!r} (from its client certificate)" if identity is not None
+               else "a caller without a client certificate")
+        if rule.token is not None:
+            try:
+                rule.token(metadata, method)
+                return
+            except Unauthenticated as exc:
+                if identity is None:
+                    raise _Refusal(Unauthenticated, f"{method}: {who}; {exc.message}",
+                                   "missing_token") from None
+                raise _Refusal(PermissionDenied,
+                               f"{method}: {who} is not allowed (allowed: {allowed}) and "
+                               f"{exc.message}", "missing_token") from None
+            except PermissionDenied as exc:
+                raise _Refusal(PermissionDenied, f"{method}: {who}; {exc.message}",
+                               "bad_token") from None
+        if identity is None:
+            raise _Refusal(Unauthenticated, f"{method}: {who}; allowed: {allowed}",
+                           "no_identity")
+        raise _Refusal(PermissionDenied, f"{method}: {who} is not allowed; allowed: "
+                       f"{allowed}", "identity_not_allowed")
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(OPEN_SERVICES):
+            return handler
+        check = self.check
+
+        def verify(context: grpc.aio.ServicerContext) -> None:
+            check(method, peer_identity(context), context.invocation_metadata() or ())
+
+        def unary(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                verify(context)
+                return await inner(request, context)
+
+            return behaviour
+
+        def streaming(
+            inner: Callable[..., AsyncIterator[Any]],
+        ) -> Callable[..., AsyncIterator[Any]]:
+            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                verify(context)
+                async for item in inner(request, context):
+                    yield item
+
+            return behaviour
+
+        return _rewrap(handler, unary, streaming)
+
+
+def server_name_option(identity: str) -> tuple[str, str]:
+    """Channel option making the client verify that the server's certificate names
+    ``identity`` (its SAN DNS), whatever host it dials (a worker's reported address)."""
+    return ("grpc.ssl_target_name_override", identity)
+
+
+def secure_or_insecure_aio_channel(
+    address: str, files: TlsFiles | None, *, server: str,
+    options: Iterable[tuple[str, Any]] = (),
+) -> grpc.aio.Channel:
+    """An asyncio channel to ``address``: mTLS (verifying the server is ``server``) when
+    ``files`` is set, plaintext otherwise."""
+    opts = list(options)
+    if files is None:
+        return grpc.aio.insecure_channel(address, options=opts)
+    return grpc.aio.secure_channel(
+        address, files.channel_credentials(), options=[*opts, server_name_option(server)])
+
+
+def secure_or_insecure_channel(
+    address: str, files: TlsFiles | None, *, server: str,
+    options: Iterable[tuple[str, Any]] = (),
+) -> grpc.Channel:
+    """The blocking-API twin of :func:`secure_or_insecure_aio_channel` (the CLI)."""
+    opts = list(options)
+    if files is None:
+        return grpc.insecure_channel(address, options=opts)
+    return grpc.secure_channel(
+        address, files.channel_credentials(), options=[*opts, server_name_option(server)])
+
+
+
+def server_security(
+    files: TlsFiles | None, rules: Mapping[str, Rule], *,
+    registry: CollectorRegistry = REGISTRY,
+) -> tuple[grpc.ServerCredentials | None, list[grpc.aio.ServerInterceptor]]:
+    """What ``build_server`` takes for an internal API: mTLS credentials and the
+    :class:`AuthzInterceptor` of ``rules`` (expiry gauge in ``registry``); plaintext and no
+    interceptor when ``files`` is ``None`` (TLS off: nobody has an identity)."""
+    if files is None:
+        return None, []
+    credentials = files.server_credentials(CertExpiry.for_registry(registry))
+    return credentials, [AuthzInterceptor(rules, registry=registry)]

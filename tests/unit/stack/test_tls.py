@@ -1,0 +1,295 @@
+"""Mutual TLS of the internal APIs over a real gRPC server on loopback: the stack's dev CA
+(``stack/certs.py``), the shared credentials, the authorization table and its refusal
+counter, rotation without a restart and the expiry gauge (``shared/tls.py``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
+from prometheus_client import CollectorRegistry
+
+from loraplane.registry.auth import OperatorAuth, admin_rules
+from loraplane.shared.grpcutil import Service, build_server
+from loraplane.shared.metrics import RpcMetrics
+from loraplane.shared.tls import (
+    GATEWAY,
+    OPERATOR,
+    AuthzInterceptor,
+    TlsConfigError,
+    TlsFiles,
+    allow,
+    secure_or_insecure_aio_channel,
+    server_security,
+)
+from loraplane.stack.certs import (
+    DEV_IDENTITIES,
+    RENEW_BEFORE,
+    VALIDITY,
+    CertFiles,
+    ensure_dev_pki,
+    issue,
+    make_ca,
+    write_identity,
+)
+from loraplane.v1 import cache_pb2, cache_pb2_grpc
+
+CACHE = "/loraplane.v1.CacheManager/"
+TOKEN = "operator-token-0123456789"
+
+
+def tls(files: CertFiles) -> TlsFiles:
+    return TlsFiles(files.ca, files.cert, files.key)
+
+
+class _Api(cache_pb2_grpc.CacheManagerServicer):
+    """A servicer that counts what reached it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def ListWorkers(self, request: cache_pb2.ListWorkersRequest,
+                          context: grpc.aio.ServicerContext) -> cache_pb2.ListWorkersResponse:
+        self.calls += 1
+        return cache_pb2.ListWorkersResponse()
+
+    async def GetPlacement(self, request: cache_pb2.GetPlacementRequest,
+                           context: grpc.aio.ServicerContext
+                           ) -> cache_pb2.GetPlacementResponse:
+        self.calls += 1
+        return cache_pb2.GetPlacementResponse()
+
+
+@dataclass
+class Served:
+    port: int
+    api: _Api
+    registry: CollectorRegistry
+
+    def refusals(self, reason: str, rpc: str = "ListWorkers") -> float:
+        value = self.registry.get_sample_value(
+            "loraplane_grpc_auth_refusals_total",
+            {"service": "loraplane.v1.CacheManager", "rpc": rpc, "reason": reason})
+        return value or 0.0
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, CertFiles]:
+    return ensure_dev_pki(tmp_path / "pki")
+
+
+async def _serve(files: TlsFiles | None, rules: dict[str, object]
+                 ) -> tuple[Served, object]:
+    registry = CollectorRegistry()
+    api = _Api()
+    credentials, interceptors = server_security(files, rules, registry=registry)  # type: ignore[arg-type]
+    if files is None:  # plaintext: only a token rule can pass (the registry's case)
+        interceptors = [AuthzInterceptor(rules, registry=registry)]  # type: ignore[arg-type]
+    server = build_server(
+        [Service(cache_pb2_grpc.add_CacheManagerServicer_to_server, api,
+                 "loraplane.v1.CacheManager")],
+        port=0, metrics=RpcMetrics.for_registry(registry), credentials=credentials,
+        interceptors=interceptors)
+    await server.start()
+    return Served(server.port, api, registry), server
+
+
+@pytest.fixture
+async def served(pki: dict[str, CertFiles]) -> AsyncIterator[Served]:
+    s, server = await _serve(tls(pki["cache-manager"]), {CACHE: allow(GATEWAY)})
+    try:
+        yield s
+    finally:
+        await server.stop(0)  # type: ignore[attr-defined]
+
+
+async def _call(port: int, creds: TlsFiles | None, *, metadata: tuple[tuple[str, str], ...] = (),
+                server: str = "cache-manager") -> grpc.StatusCode:
+    async with secure_or_insecure_aio_channel(f"127.0.0.1:{port}", creds,
+                                              server=server) as ch:
+        try:
+            await cache_pb2_grpc.CacheManagerStub(ch).ListWorkers(
+                cache_pb2.ListWorkersRequest(), metadata=metadata, timeout=5)
+        except grpc.aio.AioRpcError as err:
+            return err.code()
+    return grpc.StatusCode.OK
+
+
+def test_dev_pki_names_each_identity_and_is_reused(tmp_path: Path) -> None:
+    now = dt.datetime.now(dt.UTC)
+    first = ensure_dev_pki(tmp_path / "pki", now=now)
+    assert sorted(first) == sorted(DEV_IDENTITIES)
+    ca = x509.load_pem_x509_certificate(first["gateway"].ca.read_bytes())
+    for identity, files in first.items():
+        cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == identity
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert san.get_values_for_type(x509.UniformResourceIdentifier) == [
+            f"spiffe://loraplane/{identity}"]
+        assert identity in san.get_values_for_type(x509.DNSName)
+        assert cert.issuer == ca.subject
+        assert oct(files.key.stat().st_mode & 0o777) == "0o600"
+    before = {i: f.cert.read_bytes() for i, f in first.items()}
+    again = ensure_dev_pki(tmp_path / "pki", now=now + dt.timedelta(days=1))
+    assert {i: f.cert.read_bytes() for i, f in again.items()} == before
+    # close to expiry: everything is issued again (the CA too)
+    renewed = ensure_dev_pki(tmp_path / "pki", now=now + VALIDITY - RENEW_BEFORE / 2)
+    assert all(renewed[i].cert.read_bytes() != before[i] for i in before)
+
+
+def test_settings_need_all_three_files_and_readable_ones(tmp_path: Path,
+                                                         pki: dict[str, CertFiles]) -> None:
+    assert TlsFiles.from_settings("", "", "") is None
+    with pytest.raises(TlsConfigError, match="LORAPLANE_TLS_KEY_FILE"):
+        TlsFiles.from_settings(str(pki["worker"].ca), str(pki["worker"].cert), "")
+    with pytest.raises(TlsConfigError, match="cannot read.*missing.pem"):
+        TlsFiles.from_settings(str(pki["worker"].ca), str(tmp_path / "missing.pem"),
+                               str(pki["worker"].key))
+
+
+async def test_an_allowed_identity_is_served(served: Served, pki: dict[str, CertFiles]) -> None:
+    assert await _call(served.port, tls(pki["gateway"])) == grpc.StatusCode.OK
+    assert served.api.calls == 1
+
+
+async def test_another_identity_is_refused_and_counted(
+        served: Served, pki: dict[str, CertFiles]) -> None:
+    async with secure_or_insecure_aio_channel(f"127.0.0.1:{served.port}", tls(pki["worker"]),
+                                              server="cache-manager") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await cache_pb2_grpc.CacheManagerStub(ch).ListWorkers(
+                cache_pb2.ListWorkersRequest(), timeout=5)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "'worker'" in (err.value.details() or "") and "allowed: gateway" in (
+        err.value.details() or "")
+    assert served.refusals("identity_not_allowed") == 1
+    assert served.api.calls == 0
+
+
+async def test_an_unlisted_method_is_refused(served: Served, pki: dict[str, CertFiles]) -> None:
+    # the table names the whole service for the gateway: GetPlacement is allowed too
+    async with secure_or_insecure_aio_channel(f"127.0.0.1:{served.port}", tls(pki["gateway"]),
+                                              server="cache-manager") as ch:
+        await cache_pb2_grpc.CacheManagerStub(ch).GetPlacement(
+            cache_pb2.GetPlacementRequest(), timeout=5)
+    assert served.api.calls == 1
+    # a table naming one method only: any other is refused
+    s, server = await _serve(tls(pki["cache-manager"]),
+                             {f"{CACHE}ListWorkers": allow(GATEWAY)})
+    try:
+        async with secure_or_insecure_aio_channel(f"127.0.0.1:{s.port}", tls(pki["gateway"]),
+                                                  server="cache-manager") as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await cache_pb2_grpc.CacheManagerStub(ch).GetPlacement(
+                    cache_pb2.GetPlacementRequest(), timeout=5)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert s.refusals("no_rule", rpc="GetPlacement") == 1
+    finally:
+        await server.stop(0)  # type: ignore[attr-defined]
+
+
+async def test_no_certificate_other_ca_or_expired_never_reach_the_api(
+        tmp_path: Path, served: Served, pki: dict[str, CertFiles]) -> None:
+    other_ca, other_key = make_ca("someone else's CA")
+    (tmp_path / "other").mkdir()
+    other_ca_path = tmp_path / "other" / "ca.pem"
+    other_ca_path.write_bytes(other_ca.public_bytes(serialization.Encoding.PEM))
+    cert, key = issue(GATEWAY, other_ca, other_key)
+    foreign = write_identity(tmp_path / "other", GATEWAY, cert, key, pki["gateway"].ca)
+    ours = x509.load_pem_x509_certificate(pki["gateway"].ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(
+        (pki["gateway"].ca.parent / "ca.key").read_bytes(), None)
+    now = dt.datetime.now(dt.UTC)
+    cert, key = issue(GATEWAY, ours, ca_key, not_before=now - dt.timedelta(days=3),  # type: ignore[arg-type]
+                      not_after=now - dt.timedelta(days=1))
+    expired = write_identity(tmp_path / "expired", GATEWAY, cert, key, pki["gateway"].ca)
+    no_cert = TlsFiles(pki["gateway"].ca, pki["gateway"].cert, pki["gateway"].key)
+    # the handshake refuses them: grpcio gives the server no hook there (see shared/tls.py)
+    assert await _call(served.port, tls(foreign)) == grpc.StatusCode.UNAVAILABLE
+    assert await _call(served.port, tls(expired)) == grpc.StatusCode.UNAVAILABLE
+    assert await _call(served.port, None,  # plaintext, a tenant's key as credential
+                       metadata=(("authorization", "Bearer lp_tenant_key"),)
+                       ) == grpc.StatusCode.UNAVAILABLE
+    async with grpc.aio.secure_channel(  # TLS without a client certificate
+            f"127.0.0.1:{served.port}", grpc.ssl_channel_credentials(no_cert.ca.read_bytes()),
+            options=[("grpc.ssl_target_name_override", "cache-manager")]) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await cache_pb2_grpc.CacheManagerStub(ch).ListWorkers(
+                cache_pb2.ListWorkersRequest(), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert served.api.calls == 0
+    # and the client checks the server: a gateway dialling a "worker" refuses this one
+    assert await _call(served.port, tls(pki["gateway"]), server="worker"
+                       ) == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_operator_certificate_or_token_on_the_registry_rules(
+        pki: dict[str, CertFiles]) -> None:
+    rules = {f"/{'loraplane.v1.CacheManager'}/": admin_rules(OperatorAuth(TOKEN))[
+        "/loraplane.v1.RegistryAdmin/"]}
+    s, server = await _serve(tls(pki["cache-manager"]), rules)
+    try:
+        bearer = (("authorization", f"Bearer {TOKEN}"),)
+        assert await _call(s.port, tls(pki[OPERATOR])) == grpc.StatusCode.OK
+        assert await _call(s.port, tls(pki[GATEWAY]), metadata=bearer) == grpc.StatusCode.OK
+        assert await _call(s.port, tls(pki[GATEWAY])) == grpc.StatusCode.PERMISSION_DENIED
+        assert s.refusals("missing_token") == 1
+        assert await _call(s.port, tls(pki[GATEWAY]),
+                           metadata=(("authorization", "Bearer lp_tenant_key_123"),)
+                           ) == grpc.StatusCode.PERMISSION_DENIED
+        assert s.refusals("bad_token") == 1
+        assert s.api.calls == 2
+    finally:
+        await server.stop(0)  # type: ignore[attr-defined]
+    # TLS off (plaintext): the token alone, as before mutual TLS
+    s, server = await _serve(None, rules)
+    try:
+        assert await _call(s.port, None) == grpc.StatusCode.UNAUTHENTICATED
+        assert s.refusals("missing_token") == 1
+        assert await _call(s.port, None, metadata=(("authorization", f"Bearer {TOKEN}"),)
+                           ) == grpc.StatusCode.OK
+    finally:
+        await server.stop(0)  # type: ignore[attr-defined]
+
+
+async def test_rotation_without_restart_and_the_expiry_gauge(tmp_path: Path) -> None:
+    first = ensure_dev_pki(tmp_path / "a")
+    served_files = TlsFiles(tmp_path / "live-ca.pem", tmp_path / "live.pem", tmp_path / "live.key")
+
+    def install(files: CertFiles) -> None:
+        for src, dst in ((files.ca, served_files.ca), (files.cert, served_files.cert),
+                         (files.key, served_files.key)):
+            tmp = dst.with_suffix(".tmp")
+            tmp.write_bytes(src.read_bytes())
+            os.replace(tmp, dst)
+
+    install(first["cache-manager"])
+    s, server = await _serve(served_files, {CACHE: allow(GATEWAY)})
+    try:
+        gauge = s.registry.get_sample_value(
+            "loraplane_tls_certificate_expiry_timestamp_seconds", {"role": "cert"})
+        cert = x509.load_pem_x509_certificate(first["cache-manager"].cert.read_bytes())
+        assert gauge == cert.not_valid_after_utc.timestamp()
+        assert await _call(s.port, tls(first[GATEWAY])) == grpc.StatusCode.OK
+        # a new CA and certificate, dropped in place: the next connection uses them
+        second = ensure_dev_pki(tmp_path / "b")
+        install(second["cache-manager"])
+        assert await _call(s.port, tls(second[GATEWAY])) == grpc.StatusCode.OK
+        assert await _call(s.port, tls(first[GATEWAY])) == grpc.StatusCode.UNAVAILABLE
+        cert = x509.load_pem_x509_certificate(second["cache-manager"].cert.read_bytes())
+        assert s.registry.get_sample_value(
+            "loraplane_tls_certificate_expiry_timestamp_seconds", {"role": "cert"}
+        ) == cert.not_valid_after_utc.timestamp()
+        # a broken file keeps the previous certificate serving
+        served_files.key.write_bytes(b"not a key")
+        assert await _call(s.port, tls(second[GATEWAY])) == grpc.StatusCode.OK
+    finally:
+        await server.stop(0)  # type: ignore[attr-defined]
