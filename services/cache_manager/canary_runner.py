@@ -69,6 +69,7 @@ class Run:
     percent: int
     stage_started_at: float
     paused: bool = False
+    """Mirror of the registry's ``canary_paused`` (read every tick)."""
     last_decision_id: str = ""
     last_decision: Mapping[str, Any] | None = None
 
@@ -84,6 +85,9 @@ class RunStore(Protocol):
 
     async def delete(self, adapter_id: str) -> None:
         """Forget a run (its canary was promoted, aborted or cleared)."""
+
+    async def paused(self) -> set[str]:
+        """Adapter ids whose canary an operator paused (the registry's ``canary_paused``)."""
 
 
 class PgRunStore:
@@ -121,6 +125,13 @@ class PgRunStore:
         async with self.pool.acquire() as conn:
             await conn.execute("DELETE FROM canary_runs WHERE deployment = $1 AND adapter_id = $2",
                                self.deployment, adapter_id)
+
+    async def paused(self) -> set[str]:
+        # read-only on the registry's table, like the rest of store.py
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT adapter_id FROM release_pointers "
+                                    "WHERE canary_paused AND canary_version IS NOT NULL")
+        return {r["adapter_id"] for r in rows}
 
 
 class RegistryActions(Protocol):
@@ -245,8 +256,7 @@ class CanaryRunner:
             run = self.runs.get(adapter_id)
             if run is not None and (run.version, run.percent) == (version, percent):
                 continue
-            paused = run.paused if run is not None and run.version == version else False
-            new = Run(adapter_id, version, percent, now, paused,
+            new = Run(adapter_id, version, percent, now, False,
                       run.last_decision_id if run is not None else "",
                       run.last_decision if run is not None else None)
             self.runs[adapter_id] = new
@@ -256,8 +266,12 @@ class CanaryRunner:
         """Decide for every canary; apply what acts. Returns the steps taken."""
         await self._sync_runs(state, now)
         self.window.keep(self.watched(state))
+        paused = await self.store.paused() if self.runs else set()
         taken: list[Decision] = []
         for adapter_id, run in list(self.runs.items()):
+            if run.paused != (adapter_id in paused):
+                run = self.runs[adapter_id] = replace(run, paused=adapter_id in paused)
+                await self.store.save(run)
             tenant, _, name = adapter_id.partition("/")
             decision = decide(self.snapshot(state, adapter_id, run, now),
                               self.rules_for(tenant, name), now)

@@ -553,7 +553,8 @@ def _print_release(rel: registry_pb2.ReleasePointers, json_out: bool) -> None:
         _print_json(to_dict(rel))
         return
     canary = f"{rel.canary_version} @ {rel.canary_percent}%" if rel.canary_version else "-"
-    out.print(f"{rel.adapter_id}: stable={rel.stable_version or '-'} canary={canary} "
+    paused = " (analysis paused)" if rel.canary_paused else ""
+    out.print(f"{rel.adapter_id}: stable={rel.stable_version or '-'} canary={canary}{paused} "
               f"rollback_to={rel.rollback_to or '-'}")
 
 
@@ -572,22 +573,109 @@ def promote(
     _print_release(rel, json_out)
 
 
+CANARY_ACTIONS = ("status", "pause", "resume", "abort", "promote")
+"""``loraplane canary ACTION TENANT/NAME``: the canary analysis' controls."""
+ANALYSIS_ACTOR = "system/canary-analysis"
+"""The actor of the automated steps (``loraplane.cache_manager.canary_runner.ACTOR``)."""
+ANALYSIS_PREFIX = "canary-analysis "
+"""Their audit reason: this prefix, then the decision's figures as JSON."""
+
+
 @app.command()
 def canary(
-    adapter: Annotated[str, typer.Argument(help="TENANT/NAME")],
-    version: Annotated[str, typer.Argument(help="Admitted version ('' with 0 clears).")],
-    percent: Annotated[int, typer.Argument(help="Share of requests, 0..100.")],
+    target: Annotated[str, typer.Argument(
+        metavar="TENANT/NAME|ACTION",
+        help="TENANT/NAME to set a share, or an action: " + ", ".join(CANARY_ACTIONS))],
+    version: Annotated[str, typer.Argument(
+        metavar="VERSION|TENANT/NAME",
+        help="Admitted version ('' with 0 clears); after an action: TENANT/NAME.")] = "",
+    percent: Annotated[int | None, typer.Argument(help="Share of requests, 0..100.")] = None,
     reason: ReasonOpt = "",
     json_out: JsonOpt = False,
 ) -> None:
-    """Set (or clear) the canary version and its traffic share."""
-    tenant, name = _split_adapter(adapter)
-    if percent < 0:
-        raise typer.BadParameter("percent must be within 0..100")
+    """Set (or clear) the canary version and its traffic share, or control the canary
+    analysis: ``canary status|pause|resume|abort|promote TENANT/NAME``.
+
+    status: pointers, paused or not, and the analysis' automated steps (audit log) with
+    the figures that decided them; pause / resume: stop / restart the automated advance
+    and promote steps (failure rules still abort); abort: share to 0, stable unchanged;
+    promote: make the canary stable now."""
+    if target in CANARY_ACTIONS:
+        if percent is not None:
+            raise typer.BadParameter(f"canary {target} takes TENANT/NAME only "
+                                     f"(got an extra {percent!r})")
+        if not version:
+            raise typer.BadParameter(f"canary {target}: TENANT/NAME is required")
+        _canary_action(target, *_split_adapter(version), reason, json_out)
+        return
+    if "/" not in target:
+        raise typer.BadParameter(f"{target!r}: expected TENANT/NAME or one of "
+                                 f"{', '.join(CANARY_ACTIONS)}")
+    tenant, name = _split_adapter(target)
+    if percent is None:
+        raise typer.BadParameter("PERCENT is required to set a canary (0..100)")
+    if not 0 <= percent <= 100:
+        raise typer.BadParameter(f"percent {percent} is outside 0..100")
     with _client() as reg:
         rel = reg.call("SetCanary", registry_pb2.SetCanaryRequest(
             tenant_id=tenant, adapter_name=name, version=version, percent=percent,
             reason=reason)).release
+    _print_release(rel, json_out)
+
+
+def _analysis_steps(reg: RegistryClient, tenant: str, name: str) -> list[dict[str, Any]]:
+    entries = reg.call("ListAudit", registry_pb2.ListAuditRequest(
+        subject_prefix=f"{tenant}/{name}", actor=ANALYSIS_ACTOR, page_size=50)).entries
+    steps: list[dict[str, Any]] = []
+    for e in entries:
+        if e.subject != f"{tenant}/{name}":
+            continue  # another adapter whose name starts the same
+        after = json.loads(e.after_json or "{}")
+        text = str(after.get("reason", ""))
+        figures = json.loads(text[len(ANALYSIS_PREFIX):]) \
+            if text.startswith(ANALYSIS_PREFIX) else {}
+        steps.append({"at": e.at.ToDatetime().isoformat(timespec="seconds"),
+                      "action": e.action, "figures": figures})
+    return steps
+
+
+def _canary_action(action: str, tenant: str, name: str, reason: str, json_out: bool) -> None:
+    with _client() as reg:
+        rel = reg.call("GetRelease", registry_pb2.GetReleaseRequest(
+            tenant_id=tenant, adapter_name=name)).release
+        if action == "status":
+            steps = _analysis_steps(reg, tenant, name)
+            if json_out:
+                _print_json({"release": to_dict(rel), "analysis_steps": steps})
+                return
+            _print_release(rel, False)
+            out.print(f"analysis: {'paused' if rel.canary_paused else 'running'}"
+                      if rel.canary_version else "analysis: no canary")
+            table = Table("at", "step", "reason", "share", "detail")
+            for st in steps:
+                f = st["figures"]
+                table.add_row(st["at"], str(f.get("action", st["action"])),
+                              str(f.get("reason", "")),
+                              f"{f.get('from_percent', '?')} → {f.get('to_percent', '?')} %",
+                              str(f.get("detail", ""))[:80])
+            out.print(table)
+            return
+        if not rel.canary_version:
+            err.print(f"[red]error:[/] {tenant}/{name} has no canary to {action}")
+            raise typer.Exit(EXIT_ERROR)
+        why = reason or f"manual canary {action}"
+        if action in ("pause", "resume"):
+            rel = reg.call("PauseCanary", registry_pb2.PauseCanaryRequest(
+                tenant_id=tenant, adapter_name=name, paused=action == "pause",
+                reason=why)).release
+        elif action == "abort":
+            rel = reg.call("SetCanary", registry_pb2.SetCanaryRequest(
+                tenant_id=tenant, adapter_name=name, version="", percent=0,
+                reason=why)).release
+        else:
+            rel = reg.call("Promote", registry_pb2.PromoteRequest(
+                tenant_id=tenant, adapter_name=name, version=rel.canary_version,
+                reason=why)).release
     _print_release(rel, json_out)
 
 

@@ -720,6 +720,8 @@ class _Release:
     rows: dict[str, Any]
     """version → version row."""
     updated_at: datetime | None = None
+    paused: bool = False
+    """The canary analysis is paused for the current canary (``canary_paused``)."""
 
 
 async def _load_release(
@@ -748,7 +750,8 @@ async def _load_release(
         history=tuple(ptr["stable_history"]) if ptr else (),
     )
     return _Release(adapter_id, pointers, {r["version"]: r for r in rows},
-                    ptr["updated_at"] if ptr else None)
+                    ptr["updated_at"] if ptr else None,
+                    bool(ptr["canary_paused"]) if ptr else False)
 
 
 def _statuses(rel: _Release) -> dict[str, Status]:
@@ -765,9 +768,10 @@ def _pointers_json(p: Pointers) -> dict[str, Any]:
 
 
 def release_pb(
-    tenant_id: str, name: str, p: Pointers, rows: dict[str, Any], updated_at: datetime | None
+    tenant_id: str, name: str, p: Pointers, rows: dict[str, Any], updated_at: datetime | None,
+    paused: bool = False,
 ) -> registry_pb2.ReleasePointers:
-    """Pointers → ``ReleasePointers``."""
+    """Pointers → ``ReleasePointers`` (``paused``: the canary analysis is paused)."""
     out = registry_pb2.ReleasePointers(
         adapter_id=f"{tenant_id}/{name}",
         tenant_id=tenant_id,
@@ -777,6 +781,7 @@ def release_pb(
         canary_percent=p.canary_percent,
         rollback_to=p.rollback_to or "",
         base_model=rows[p.stable]["base_model"] if p.stable in rows else "",
+        canary_paused=paused and bool(p.canary),
     )
     if updated_at is not None:
         out.updated_at.FromDatetime(updated_at)
@@ -806,7 +811,8 @@ async def _apply_plan(
     p = plan.pointers
     updated_at = await conn.fetchval(
         "UPDATE release_pointers SET stable_version = $2, canary_version = $3, "
-        "canary_percent = $4, rollback_to = $5, stable_history = $6, updated_at = now() "
+        "canary_percent = $4, rollback_to = $5, stable_history = $6, updated_at = now(), "
+        "canary_paused = canary_paused AND canary_version IS NOT DISTINCT FROM $3 "
         "WHERE adapter_id = $1 RETURNING updated_at",
         rel.adapter_id, p.stable, p.canary, p.canary_percent, p.rollback_to, list(p.history),
     )
@@ -952,7 +958,35 @@ async def get_release(
     """Read the release pointers of an adapter name."""
     require(_ref_problems_release(tenant_id, adapter_name))
     rel = await _load_release(conn, tenant_id, adapter_name, lock=False)
-    return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at)
+    return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at,
+                      rel.paused)
+
+
+async def pause_canary(
+    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, adapter_name: str, paused: bool,
+    reason: str = "",
+) -> registry_pb2.ReleasePointers:
+    """Pause (or resume) the automated canary analysis of the adapter's canary: audited
+    (``release.canary_pause`` / ``release.canary_resume``); FAILED_PRECONDITION when the
+    adapter has no canary. Idempotent (no audit entry when nothing changes)."""
+    require(_ref_problems_release(tenant_id, adapter_name))
+    rel = await _load_release(conn, tenant_id, adapter_name, lock=True)
+    if not rel.pointers.canary:
+        raise FailedPrecondition(f"{tenant_id}/{adapter_name} has no canary to "
+                                 f"{'pause' if paused else 'resume'}")
+    if rel.paused != paused:
+        await conn.execute(
+            "UPDATE release_pointers SET canary_paused = $2 WHERE adapter_id = $1",
+            rel.adapter_id, paused)
+        after: dict[str, Any] = {"canary_version": rel.pointers.canary, "canary_paused": paused}
+        if reason:
+            after["reason"] = reason
+        await audit.write(conn, actor=ctx.actor,
+                          action="release.canary_pause" if paused else "release.canary_resume",
+                          subject=audit.subject_adapter(tenant_id, adapter_name),
+                          before={"canary_version": rel.pointers.canary,
+                                  "canary_paused": rel.paused}, after=after)
+    return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at, paused)
 
 
 # =========================================================================== admission

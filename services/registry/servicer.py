@@ -216,6 +216,13 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self._changed("release.canary", release.tenant_id, release.base_model)
         return registry_pb2.SetCanaryResponse(release=release)
 
+    async def PauseCanary(self, request: Any, context: Any) -> registry_pb2.PauseCanaryResponse:
+        ctx = self._ctx(context)
+        release = await self._tx(lambda c: service.pause_canary(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            paused=request.paused, reason=request.reason))
+        return registry_pb2.PauseCanaryResponse(release=release)
+
     async def Rollback(self, request: Any, context: Any) -> registry_pb2.RollbackResponse:
         ctx = self._ctx(context)
         release = await self._tx(lambda c: service.rollback(

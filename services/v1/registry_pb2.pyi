@@ -92,7 +92,7 @@ class AdapterVersion(_message.Message):
     def __init__(self, adapter_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., base_model: _Optional[str] = ..., rank: _Optional[int] = ..., format: _Optional[str] = ..., target_modules: _Optional[_Iterable[str]] = ..., artifact_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., signature_uri: _Optional[str] = ..., signer_identity: _Optional[str] = ..., tokenizer_revision: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.VersionStatus, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., engine_id: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., admitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reasons: _Optional[_Iterable[_Union[_events_pb2.RejectionReason, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[_events_pb2.ArtifactFile, _Mapping]]] = ..., lora_alpha: _Optional[float] = ..., effective_priority: _Optional[_Union[_common_pb2.Priority, str]] = ...) -> None: ...
 
 class ReleasePointers(_message.Message):
-    __slots__ = ("adapter_id", "tenant_id", "adapter_name", "stable_version", "canary_version", "canary_percent", "rollback_to", "updated_at", "base_model")
+    __slots__ = ("adapter_id", "tenant_id", "adapter_name", "stable_version", "canary_version", "canary_percent", "rollback_to", "updated_at", "base_model", "canary_paused")
     ADAPTER_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +102,7 @@ class ReleasePointers(_message.Message):
     ROLLBACK_TO_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CANARY_PAUSED_FIELD_NUMBER: _ClassVar[int]
     adapter_id: str
     tenant_id: str
     adapter_name: str
@@ -111,7 +112,8 @@ class ReleasePointers(_message.Message):
     rollback_to: str
     updated_at: _timestamp_pb2.Timestamp
     base_model: str
-    def __init__(self, adapter_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., stable_version: _Optional[str] = ..., canary_version: _Optional[str] = ..., canary_percent: _Optional[int] = ..., rollback_to: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., base_model: _Optional[str] = ...) -> None: ...
+    canary_paused: bool
+    def __init__(self, adapter_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., stable_version: _Optional[str] = ..., canary_version: _Optional[str] = ..., canary_percent: _Optional[int] = ..., rollback_to: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., base_model: _Optional[str] = ..., canary_paused: _Optional[bool] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
     __slots__ = ("id", "at", "actor", "action", "subject", "before_json", "after_json")
@@ -412,6 +414,24 @@ class SetCanaryRequest(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., version: _Optional[str] = ..., percent: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SetCanaryResponse(_message.Message):
+    __slots__ = ("release",)
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    release: ReleasePointers
+    def __init__(self, release: _Optional[_Union[ReleasePointers, _Mapping]] = ...) -> None: ...
+
+class PauseCanaryRequest(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "paused", "reason")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    paused: bool
+    reason: str
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., paused: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PauseCanaryResponse(_message.Message):
     __slots__ = ("release",)
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     release: ReleasePointers

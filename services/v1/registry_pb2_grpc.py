@@ -110,6 +110,11 @@ class RegistryAdminStub:
                 request_serializer=loraplane_dot_v1_dot_registry__pb2.SetCanaryRequest.SerializeToString,
                 response_deserializer=loraplane_dot_v1_dot_registry__pb2.SetCanaryResponse.FromString,
                 _registered_method=True)
+        self.PauseCanary = channel.unary_unary(
+                '/loraplane.v1.RegistryAdmin/PauseCanary',
+                request_serializer=loraplane_dot_v1_dot_registry__pb2.PauseCanaryRequest.SerializeToString,
+                response_deserializer=loraplane_dot_v1_dot_registry__pb2.PauseCanaryResponse.FromString,
+                _registered_method=True)
         self.Rollback = channel.unary_unary(
                 '/loraplane.v1.RegistryAdmin/Rollback',
                 request_serializer=loraplane_dot_v1_dot_registry__pb2.RollbackRequest.SerializeToString,
@@ -257,6 +262,13 @@ class RegistryAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseCanary(self, request, context):
+        """Pause or resume the automated canary analysis of an adapter's canary (audited).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Rollback(self, request, context):
         """Move the stable pointer back (to rollback_to or a given version).
         """
@@ -383,6 +395,11 @@ def add_RegistryAdminServicer_to_server(servicer, server):
                     servicer.SetCanary,
                     request_deserializer=loraplane_dot_v1_dot_registry__pb2.SetCanaryRequest.FromString,
                     response_serializer=loraplane_dot_v1_dot_registry__pb2.SetCanaryResponse.SerializeToString,
+            ),
+            'PauseCanary': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseCanary,
+                    request_deserializer=loraplane_dot_v1_dot_registry__pb2.PauseCanaryRequest.FromString,
+                    response_serializer=loraplane_dot_v1_dot_registry__pb2.PauseCanaryResponse.SerializeToString,
             ),
             'Rollback': grpc.unary_unary_rpc_method_handler(
                     servicer.Rollback,
@@ -826,6 +843,33 @@ class RegistryAdmin:
             '/loraplane.v1.RegistryAdmin/SetCanary',
             loraplane_dot_v1_dot_registry__pb2.SetCanaryRequest.SerializeToString,
             loraplane_dot_v1_dot_registry__pb2.SetCanaryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseCanary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loraplane.v1.RegistryAdmin/PauseCanary',
+            loraplane_dot_v1_dot_registry__pb2.PauseCanaryRequest.SerializeToString,
+            loraplane_dot_v1_dot_registry__pb2.PauseCanaryResponse.FromString,
             options,
             channel_credentials,
             insecure,

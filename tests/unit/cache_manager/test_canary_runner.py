@@ -45,6 +45,10 @@ class FakeRegistry:
 @dataclass
 class MemStore:
     rows: dict[str, Run] = field(default_factory=dict)
+    paused_ids: set[str] = field(default_factory=set)
+
+    async def paused(self) -> set[str]:
+        return set(self.paused_ids)
 
     async def load(self) -> dict[str, Run]:
         return dict(self.rows)
@@ -130,17 +134,20 @@ async def test_a_new_leader_neither_loses_nor_repeats_a_step() -> None:
     assert [c[0] for c in reg.calls] == ["set_share"]
 
 
-async def test_a_share_changed_by_a_person_starts_a_new_stage_and_pause_survives() -> None:
-    reg, store = FakeRegistry(), MemStore()
+async def test_a_share_changed_by_a_person_starts_a_new_stage_and_pause_holds() -> None:
+    reg, store = FakeRegistry(), MemStore(paused_ids={ADAPTER})
     runner, state = make(reg, store)
     await runner.start()
     await runner.tick(state, T0)
-    store.rows[ADAPTER] = runner.runs[ADAPTER] = Run(ADAPTER, "v2", 10, T0, paused=True)
     serve(runner, CANARY, T0 + 1, 5)
     assert await runner.tick(state, T0 + 15) == []
-    assert runner.last[ADAPTER].reason is Reason.PAUSED
+    assert runner.last[ADAPTER].reason is Reason.PAUSED and store.rows[ADAPTER].paused
     reg.percent = 20
     state.set_pointers(ADAPTER, reg.pointers())
     await runner.tick(state, T0 + 16)
     run = runner.runs[ADAPTER]
-    assert (run.percent, run.stage_started_at, run.paused) == (20, T0 + 16, True)
+    assert (run.percent, run.stage_started_at) == (20, T0 + 16)
+    store.paused_ids.clear()  # resumed: the stage's dwell counts from the share change
+    serve(runner, CANARY, T0 + 17, 5, tag="r")
+    taken = await runner.tick(state, T0 + 27)
+    assert [(d.from_percent, d.to_percent) for d in taken] == [(20, 50)]
