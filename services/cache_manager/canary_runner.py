@@ -50,6 +50,7 @@ from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import ApplyResult
 from loraplane.cache_manager.model import CommandKind, Ref, request_class_from_proto, version_id
 from loraplane.cache_manager.state import State, ts_seconds
+from loraplane.shared.tls import REGISTRY_ID, TlsFiles, secure_or_insecure_aio_channel
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -153,15 +154,19 @@ class GrpcRegistryActions:
     """:class:`RegistryActions` over the registry's admin gRPC API (operator token)."""
 
     def __init__(self, address: str, token: str, *, timeout_s: float = 10.0,
-                 actor: str = ACTOR) -> None:
+                 actor: str = ACTOR, tls: TlsFiles | None = None) -> None:
+        """``tls``: the cache manager's certificate (mutual TLS; the token still
+        authorizes), ``None``: plaintext."""
         self.address = address
         self.timeout_s = timeout_s
+        self._tls = tls
         self._metadata = (("authorization", f"Bearer {token}"), ("x-loraplane-actor", actor))
         self._channel: grpc.aio.Channel | None = None
 
     def _stub(self) -> registry_pb2_grpc.RegistryAdminStub:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address)
+            self._channel = secure_or_insecure_aio_channel(
+                self.address, self._tls, server=REGISTRY_ID)
         return registry_pb2_grpc.RegistryAdminStub(self._channel)
 
     async def close(self) -> None:

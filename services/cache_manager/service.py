@@ -399,7 +399,7 @@ class CacheManagerService:
         canary = self.rules.canary
         runner = self.canary = canary_runner.CanaryRunner(
             canary.analysis_for,
-            canary_runner.GrpcRegistryActions(s.registry_addr, token),
+            canary_runner.GrpcRegistryActions(s.registry_addr, token, tls=s.tls_files()),
             canary_runner.PgRunStore(pool, s.cache_manager_consumer_group), CanaryWindow())
 
         def aborted(vid: str, now: float) -> None:
