@@ -377,3 +377,14 @@ def server_security(
         return None, []
     credentials = files.server_credentials(CertExpiry.for_registry(registry))
     return credentials, [AuthzInterceptor(rules, registry=registry)]
+
+
+TLS_ENV = {"tls_ca_file": "LORAPLANE_TLS_CA_FILE", "tls_cert_file": "LORAPLANE_TLS_CERT_FILE",
+           "tls_key_file": "LORAPLANE_TLS_KEY_FILE"}
+"""Settings field -> environment variable of the three TLS files."""
+
+
+def tls_fields(env: Mapping[str, str]) -> dict[str, str]:
+    """The TLS settings fields held in an environment mapping (a stack's service env,
+    demo.env): ``Settings(**other, **tls_fields(env))``."""
+    return {field: env.get(var, "") for field, var in TLS_ENV.items()}

@@ -61,6 +61,7 @@ def seed_platform(manifest: DemoManifest, env: dict[str, str],
     )
     from loraplane.registry.settings import RegistryClientSettings
     from loraplane.shared.catalogue import load_catalogue
+    from loraplane.shared.tls import tls_fields
 
     settings = RegistryClientSettings(
         registry_addr=env["LORAPLANE_REGISTRY_ADDR"],
@@ -69,9 +70,7 @@ def seed_platform(manifest: DemoManifest, env: dict[str, str],
         s3_endpoint=env["LORAPLANE_S3_ENDPOINT"],
         s3_access_key=env["LORAPLANE_S3_ACCESS_KEY"],
         s3_secret_key=env["LORAPLANE_S3_SECRET_KEY"],
-        tls_ca_file=env.get("LORAPLANE_TLS_CA_FILE", ""),  # the operator's certificate
-        tls_cert_file=env.get("LORAPLANE_TLS_CERT_FILE", ""),
-        tls_key_file=env.get("LORAPLANE_TLS_KEY_FILE", ""),
+        **tls_fields(env),  # the operator's certificate (mutual TLS on)
     )
     catalogue = load_catalogue(config_file("base_models.yaml"))
     out: dict[str, str] = {}

@@ -57,6 +57,7 @@ from loraplane.devkit.keys import write_dev_keys
 from loraplane.registry.client import RegistryClient, release_adapter, s3_client, wait_for_verdict
 from loraplane.registry.settings import RegistryClientSettings
 from loraplane.shared.catalogue import load_catalogue
+from loraplane.shared.tls import tls_fields
 from loraplane.stack.components import Component, port_in_use
 from loraplane.stack.seed import seed_models, seed_platform
 from loraplane.stack.services import SERVICES, existing_services
@@ -143,7 +144,7 @@ class Platform:
             registry_operator_token=self.env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"],  # type: ignore[arg-type]
             registry_actor="stress", s3_endpoint=self.env["LORAPLANE_S3_ENDPOINT"],
             s3_access_key=self.env["LORAPLANE_S3_ACCESS_KEY"],
-            s3_secret_key=self.env["LORAPLANE_S3_SECRET_KEY"],
+            s3_secret_key=self.env["LORAPLANE_S3_SECRET_KEY"], **tls_fields(self.env),
         ))
 
     def metrics_port(self, service: str, replica: int = 0) -> int:
@@ -319,7 +320,7 @@ def reg_settings(p: Platform) -> RegistryClientSettings:
         registry_operator_token=p.env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"],  # type: ignore[arg-type]
         registry_actor="stress", s3_endpoint=p.env["LORAPLANE_S3_ENDPOINT"],
         s3_access_key=p.env["LORAPLANE_S3_ACCESS_KEY"],
-        s3_secret_key=p.env["LORAPLANE_S3_SECRET_KEY"])
+        s3_secret_key=p.env["LORAPLANE_S3_SECRET_KEY"], **tls_fields(p.env))
 
 
 def count_verdicts(p: Platform, releases: list[Release]) -> None:
