@@ -24,6 +24,7 @@ from loraplane.cache_manager.state import Applied, State
 from loraplane.cache_manager.tracker import CommandTracker, Pending, Resolution
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.online import CachePolicy
+from loraplane.policy.ranking import AdaptiveRanking
 
 NOT_PRESENT = "LOAD_ERROR_CODE_NOT_PRESENT"
 
@@ -149,6 +150,9 @@ class CacheCore:
             max_backoff_s=rules.commands.backoff_max_s,
         )
         self.planner = Planner(policy, policy_config, rules)
+        if policy.name == "heat" and policy_config.adaptive.enabled:
+            # the heat plan ranks by the adaptive experts the simulator measures
+            self.state.ranking = AdaptiveRanking(policy_config, self.planner.bandwidths)
         self.decisions = DecisionLog(decision_capacity)
         self._ids = id_factory
         self._queued: list[CommandSpec] = []

@@ -141,11 +141,15 @@ def _size(versions: dict[str, VersionRecord], vid: str, view: WorkerView) -> int
 
 
 def project(state: State, tracker: CommandTracker) -> dict[str, Projection]:
-    """Projected placement of every commandable worker (pending commands applied)."""
+    """Projected placement of every commandable worker (pending commands applied); a shard
+    (``state.base_models``) projects only the workers serving one of its base models."""
     out: dict[str, Projection] = {}
+    shard = state.base_models
     for wid in sorted(state.workers):
         w = state.workers[wid]
         if not w.commandable():
+            continue
+        if shard is not None and not any(w.serves(bm) for bm in shard):
             continue
         out[wid] = Projection(w, {
             v: Slot(p.tier, p.pinned, p.in_flight, p.loaded_at) for v, p in w.placements.items()
@@ -274,7 +278,8 @@ class Planner:
         workers: list[WorkerState] = []
         for wid, pr in proj.items():
             view = pr.view
-            slots = {bm: cap.slots for bm, cap in view.capacities.items()}
+            slots = {bm: cap.slots for bm, cap in view.capacities.items()
+                     if state.manages_base(bm)}  # a shard plans its own base models' slots
             warm_bytes = view.warm_bytes_capacity
             hot: set[str] = set()
             warm: set[str] = set()

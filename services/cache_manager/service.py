@@ -52,6 +52,7 @@ from loraplane.cache_manager.model import CommandKind
 from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.cache_manager.shadow import GrpcShadowRunner, ShadowRunner
+from loraplane.cache_manager.sharding import EVERY, shard_group, shard_lock_key
 from loraplane.cache_manager.tracker import Resolution
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.factory import make_policy
@@ -108,6 +109,8 @@ class _CoreHolder:
 
     def __init__(self) -> None:
         self.core: Callable[[], CacheCore | None] = lambda: None
+        self.leading: set[str] = set()
+        """Shards this process leads now (``*``: unsharded): ``loraplane_cache_leader``."""
 
 
 _HOLDERS: dict[int, _CoreHolder] = {}
@@ -135,8 +138,12 @@ class CacheManagerService:
         clock: Callable[[], float] = time.time,
         fetcher: StateFetcher | None = None,
         shadow: ShadowRunner | None = None,
+        shard: str | None = None,
     ) -> None:
         self.settings = settings
+        self.shard = shard
+        """The base model this instance leads (:mod:`.sharding`); None: every base model."""
+        self._registry = registry
         self.rules = rules
         self.policy_config = policy_config
         self.clock = clock
@@ -165,14 +172,40 @@ class CacheManagerService:
 
     # ------------------------------------------------------------------ lifecycle
 
+    @property
+    def _base_models(self) -> frozenset[str] | None:
+        return None if self.shard is None else frozenset({self.shard})
+
+    @property
+    def group(self) -> str:
+        """Kafka group id of this instance's input offsets (the deployment's, or its shard's)."""
+        group = self.settings.cache_manager_consumer_group
+        return group if self.shard is None else shard_group(group, self.shard)
+
+    def _leading(self, on: bool) -> None:
+        name = EVERY if self.shard is None else self.shard
+        self.metrics.shard_leader.labels(name).set(1 if on else 0)
+        leading = _holder(self._registry).leading
+        if on:
+            leading.add(name)
+        else:
+            leading.discard(name)
+        self.metrics.leader.set(1 if leading else 0)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Stand by, lead when elected, until ``stop`` is set."""
         s = self.settings
-        lock = LeaderLock(s.postgres_dsn, s.cache_manager_lock_key)
+        if self.shard is None:
+            lock = LeaderLock(s.postgres_dsn, s.cache_manager_lock_key)
+        else:
+            lock = LeaderLock(s.postgres_dsn, shard_lock_key(s.cache_manager_lock_key, self.shard),
+                              shared_key=s.cache_manager_lock_key)
+        self._leading(False)  # the shard's series exists (0) while standing by
         while not stop.is_set():
             if not await lock.acquire(stop, s.cache_manager_leader_poll_s):
                 break
-            log.info("cache manager %s: leader", s.instance)
+            log.info("cache manager %s: leader%s", s.instance,
+                     "" if self.shard is None else f" of shard {self.shard}")
             self.metrics.takeovers.inc()
             try:
                 await self._lead(lock, stop)
@@ -184,7 +217,7 @@ class CacheManagerService:
             finally:
                 self.core = None
                 self.ready = False
-                self.metrics.leader.set(0)
+                self._leading(False)
                 await lock.release()
         await lock.release()
 
@@ -195,6 +228,7 @@ class CacheManagerService:
             policy=make_policy(self.rules.policy, self.policy_config),
             policy_config=self.policy_config, rules=self.rules,
             worker_timeout_s=s.cache_manager_worker_timeout_s, tenants=s.tenant_set,
+            base_models=self._base_models,
         )
         deployment = s.cache_manager_consumer_group
         pool = await create_pool(s.postgres_dsn, min_size=1, max_size=4)
@@ -202,11 +236,14 @@ class CacheManagerService:
         tasks: list[asyncio.Task[None]] = []
         try:
             async with pool.acquire() as conn:
-                records, pointers = await store.read_registry(conn, s.tenant_set)
+                records, pointers = await store.read_registry(conn, s.tenant_set,
+                                                              self._base_models)
                 core.state.load_registry(records, pointers)
-                core.state.stats.update(
-                    await store.load_stats(conn, deployment, core.state.tau_s,
-                                           core.state.tau_warm_s))
+                saved = await store.load_stats(conn, deployment, core.state.tau_s,
+                                               core.state.tau_warm_s)
+                if self.shard is not None:  # the deployment's rows: this shard's versions
+                    saved = {v: st for v, st in saved.items() if v in core.state.versions}
+                core.state.stats.update(saved)
                 known = await store.load_workers(
                     conn, deployment, max_age_s=s.cache_manager_worker_timeout_s)
             self._flushed = None
@@ -214,7 +251,7 @@ class CacheManagerService:
             await sink.start()
             self.core = core
             self.ready = False
-            self.metrics.leader.set(1)
+            self._leading(True)
             await self._fetch_states(core, known)
             ready_by = time.monotonic() + s.cache_manager_bootstrap_grace_s
             log.info("takeover: %d versions, %d stats, %d known workers (%d synced) in %.3fs",
@@ -308,7 +345,7 @@ class CacheManagerService:
         self._last_record[name] = time.monotonic()
         return ConsumerLoop(
             f"cache-manager {name}",
-            factory=lambda: new_consumer(s.kafka_bootstrap, s.cache_manager_consumer_group),
+            factory=lambda: new_consumer(s.kafka_bootstrap, self.group),
             on_batch=on_batch, on_open=assign, on_close=closing, on_error=failed,
             backoff=lambda _attempt: 1.0, poll_timeout_ms=500, max_records=5000,
         )
@@ -433,9 +470,10 @@ class CacheManagerService:
                     continue
                 self.ready = True
                 self.metrics.takeover_seconds.observe(time.perf_counter() - started)
-                log.info("state rebuilt in %.2fs (%s): planning starts",
+                log.info("state rebuilt in %.2fs (%s): %splanning starts",
                          time.perf_counter() - started, "all workers synced" if synced
-                         else "grace elapsed")
+                         else "grace elapsed",
+                         "" if self.shard is None else f"shard {self.shard}: ")
             wait = s.cache_manager_min_round_interval_s - (time.monotonic() - last_round)
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -533,7 +571,8 @@ class CacheManagerService:
 
     async def _refresh(self, core: CacheCore, pool: asyncpg.Pool) -> None:
         async with pool.acquire() as conn:
-            records, pointers = await store.read_registry(conn, self.settings.tenant_set)
+            records, pointers = await store.read_registry(conn, self.settings.tenant_set,
+                                                          self._base_models)
         core.state.load_registry(records, pointers)
 
     async def _flush(self, core: CacheCore, pool: asyncpg.Pool) -> None:

@@ -44,7 +44,7 @@ from loraplane.cache_manager.model import (
 from loraplane.policy.plan import Reason
 from loraplane.policy.stats import DEFAULT_TAU_S, DEFAULT_WARM_TAU_S, VersionStats
 from loraplane.shared.vocab import tier_from_proto
-from loraplane.v1 import events_pb2
+from loraplane.v1 import common_pb2, events_pb2
 
 DEFAULT_DEDUPE_CAPACITY = 200_000
 """Event ids remembered for idempotency (older ones are forgotten first)."""
@@ -181,11 +181,16 @@ class State:
         prewarm_ttl_s: float = 300.0,
         rollback_boost_ttl_s: float = 600.0,
         tenants: frozenset[str] | None = None,
+        base_models: frozenset[str] | None = None,
     ) -> None:
         self.tau_s = tau_s
         self.tau_warm_s = tau_warm_s
         self.tenants = tenants
         """Tenants this deployment manages (None: all); others' events are ignored."""
+        self.base_models = base_models
+        """Base models this shard plans (None: all; :mod:`~loraplane.cache_manager.sharding`).
+        Versions of other base models are FOREIGN here (their room counts as taken); every
+        worker is still followed (its reports answer any shard's commands)."""
         self.prewarm_ttl_s = prewarm_ttl_s
         self.rollback_boost_ttl_s = rollback_boost_ttl_s
         self.versions: dict[str, VersionRecord] = {}
@@ -227,19 +232,29 @@ class State:
         """Whether this deployment manages ``tenant_id``."""
         return self.tenants is None or tenant_id in self.tenants
 
+    def manages_base(self, base_model: str) -> bool:
+        """Whether this shard plans versions of ``base_model`` (an empty name is not known to
+        be foreign: the registry's record decides)."""
+        return self.base_models is None or not base_model or base_model in self.base_models
+
+    def _owns(self, ref: common_pb2.AdapterRef) -> bool:
+        return self.manages(ref.tenant_id) and self.manages_base(ref.base_model)
+
     def _foreign(self, msg: Message) -> bool:
-        """An adapter event about a tenant this deployment does not manage."""
-        if self.tenants is None:
+        """An adapter event about a tenant this deployment does not manage, or a base model
+        of another shard (heat batches are filtered per completion in :meth:`_heat`)."""
+        if self.tenants is None and self.base_models is None:
             return False
-        if isinstance(msg, events_pb2.HeatBatch | events_pb2.PrewarmRequested):
+        if isinstance(msg, events_pb2.HeatBatch):
             return not self.manages(msg.meta.adapter.tenant_id)
+        if isinstance(msg, events_pb2.PrewarmRequested):
+            return not self._owns(msg.meta.adapter)
         if isinstance(msg, events_pb2.AdmissionEvent):
             arm = msg.WhichOneof("verdict")
-            return arm is not None and not self.manages(
-                getattr(msg, arm).meta.adapter.tenant_id)
+            return arm is not None and not self._owns(getattr(msg, arm).meta.adapter)
         if isinstance(msg, events_pb2.LifecycleEvent):
             arm = msg.WhichOneof("event")
-            return arm is not None and not self.manages(getattr(msg, arm).meta.adapter.tenant_id)
+            return arm is not None and not self._owns(getattr(msg, arm).meta.adapter)
         return False
 
     def apply(self, msg: Message, now: float) -> Applied:
@@ -289,7 +304,7 @@ class State:
         vid = ref.version_id
         rec = self.versions.get(vid)
         if rec is None:
-            if not self.manages(ref.tenant_id):
+            if not self.manages(ref.tenant_id) or not self.manages_base(ref.base_model):
                 rec = VersionRecord(ref=ref, status=Status.FOREIGN, engine_id=engine_id)
                 self.versions[vid] = rec
                 return rec
@@ -302,7 +317,10 @@ class State:
         return rec
 
     def upsert_version(self, record: VersionRecord) -> None:
-        """Registry facts about one version (the registry is the source of truth)."""
+        """Registry facts about one version (the registry is the source of truth); a version
+        of another shard's base model is kept FOREIGN."""
+        if not self.manages_base(record.ref.base_model):
+            record = record.with_status(Status.FOREIGN)
         self.versions[record.version_id] = record
         if record.status is Status.CANARY:
             self.canary_since.setdefault(record.version_id, 0.0)
@@ -391,6 +409,8 @@ class State:
             a = c.meta.adapter
             if not a.adapter_name:
                 continue  # base-model request: no adapter to place
+            if self.base_models is not None and not self.manages_base(a.base_model):
+                continue  # another shard's base model
             if c.request_id:
                 if c.request_id in self._requests:
                     continue  # the same request reported by another producer

@@ -812,11 +812,7 @@ class AdaptiveHeatOnline:
         """Recency and heat of v in its group; v's reuse key; learn v's group the first time
         (its shadows start with this request)."""
         if self._group_of[v] < 0:
-            self._group_of[v] = g
-            self._worker_of[v] = w
-            self._shadow_hot(g, v)
-            st = self._st[v]
-            self._shadow_warm(w, v, 1.0 + st[7] / st[2])
+            self._learn(g, w, v)
         self._hot_lru[g].move_to_end(v)
         if self._lead_hot[g] == _HEAT:
             # _HeatRank.put inline (the hot loop)
@@ -836,6 +832,44 @@ class AdaptiveHeatOnline:
                     dies[v] = d
                     heappush(rank.death, (d, v))
         self._rkey[v] = self._gdsf_l[w] + self._reuse[v]
+
+    def _learn(self, g: int, w: int, v: int) -> None:
+        """v's first request was served in group ``g`` on worker ``w``: its home from now on;
+        its shadows start with this request."""
+        self._group_of[v] = g
+        self._worker_of[v] = w
+        self._shadow_hot(g, v)
+        st = self._st[v]
+        self._shadow_warm(w, v, 1.0 + st[7] / st[2])
+
+    # -- the cache-manager's face (``ranking.py``): the same state, without simulated tiers
+
+    def note_served(self, g: int, w: int, v: int) -> None:
+        """v's request (after :meth:`on_request`) was served in group ``g`` on worker ``w`` of a
+        real cluster whose tiers this object does not hold: what :meth:`on_served` learns
+        beside the simulated tier (v's home and first shadow step, its own reuse key)."""
+        if self._group_of[v] < 0:
+            self._learn(g, w, v)
+        self._rkey[v] = self._gdsf_l[w] + self._reuse[v]
+
+    def note_evicted(self, w: int, v: int) -> None:
+        """v left worker ``w``'s WARM tier by a decision outside this object: the reuse
+        expert's inflation value ``L`` rises to v's key, as at a victim of :meth:`warm_victim`."""
+        self._take_warm(w, v)
+
+    def home_group(self, v: int) -> int:
+        """The slot group v's first request was served in (-1: none yet)."""
+        return self._group_of[v]
+
+    def hot_rank(self, g: int, v: int) -> tuple[float, float]:
+        """v's rank in group ``g`` by the group's leading HOT expert (lower goes first; ties:
+        the lower version): the order :meth:`hot_victim` takes its victims in."""
+        return self._rank_hot(g, v)
+
+    def warm_rank(self, w: int, v: int) -> float:
+        """v's key on worker ``w`` by the worker's leading WARM expert (lower goes first; ties:
+        the lower version): the order :meth:`warm_victim` takes its victims in."""
+        return self._warm_key(w, v)
 
     def on_insert_hot(self, g: int, v: int, now: float) -> None:
         """Track ``v`` in the group (it leaves the WARM heap: HOT versions stay WARM)."""

@@ -433,6 +433,7 @@ class HeatPolicy:
         bw = snapshot.bandwidths
         versions = snapshot.versions
         ids = sorted(versions)
+        ranks = snapshot.ranks
 
         heat: dict[str, float] = {}
         value: dict[str, float] = {}
@@ -455,6 +456,9 @@ class HeatPolicy:
             value[vid] = warm_value(meta, st, now, sc, bw)
             kind[vid] = protection_of(meta, cfg)
             demote[vid] = demotion_reason(meta, st, now, cfg)
+        # the HOT order: the adaptive experts' when the snapshot carries it (ranking.py: the
+        # code the simulator measures), else the plain heat score
+        keep = heat if ranks is None else {v: ranks.hot_key(v) for v in ids}
 
         targets = [
             _Target(worker=w, slots_left=dict(w.hot_slots), hot={}) for w in snapshot.workers
@@ -484,7 +488,7 @@ class HeatPolicy:
                     (v for v in t.worker.hot
                      if versions[v].base_model == bm and kind[v] is not None
                      and demote[v] is None),
-                    key=lambda v: (-heat[v], v),
+                    key=lambda v: (-keep[v], v),
                 )
                 for vid in incumbents:
                     k = kind[vid]
@@ -510,10 +514,12 @@ class HeatPolicy:
         for members in by_bm.values():
             members.sort(key=lambda v: (-rate[v], v))
             hottest.update(v for v in members[: cfg.placement.hottest_top_n] if rate[v] > 0)
-        bonus = 1.0 + cfg.placement.hysteresis
+        # incumbents get the hysteresis bonus on the plain score; the adaptive order has its
+        # own stability (shadow scores decide the leader) and none, as in the simulator
+        bonus = 1.0 + cfg.placement.hysteresis if ranks is None else 1.0
         order = sorted(
             (v for v in ids if demote[v] is None and versions[v].base_model in serving),
-            key=lambda v: (-(heat[v] * bonus if v in incumbent else heat[v]), v),
+            key=lambda v: (-(keep[v] * bonus if v in incumbent else keep[v]), v),
         )
         for vid in order:
             meta = versions[vid]
@@ -545,7 +551,7 @@ class HeatPolicy:
                 protected = sorted(
                     (v for v in t.hot if versions[v].base_model == bm and kind[v] is not None
                      and demote[v] is None),
-                    key=lambda v: (-heat[v], v),
+                    key=lambda v: (-keep[v], v),
                 )
                 for vid in protected:
                     k = kind[vid]
@@ -667,7 +673,13 @@ class HeatPolicy:
         keep: set[str] = set(t.hot) | {v for v in w.resident() if w.busy(v)}
         used = sum(versions[v].size_bytes for v in keep)
         out: list[Action] = []
-        rest = sorted(w.resident() - keep, key=lambda v: (-value[v], v))
+        ranks = snapshot.ranks
+        if ranks is None:
+            rest = sorted(w.resident() - keep, key=lambda v: (-value[v], v))
+        else:
+            # the adaptive WARM expert's order, best first (its victim: the lowest key, then id)
+            rest = sorted(w.resident() - keep,
+                          key=lambda v: (ranks.warm_key(w.worker_id, v), v), reverse=True)
         protected = [v for v in rest if kind[v] is not None]
         others = [v for v in rest if kind[v] is None]
         for vid in protected:

@@ -74,6 +74,32 @@ class WorkerState:
 
 
 @dataclass(frozen=True, slots=True)
+class Ranks:
+    """The adaptive experts' order, frozen for one plan.
+
+    ``hot``: per version, a key that is higher the longer the version should stay HOT — in
+    each slot group, minus its position in the group's leading expert's order from the top
+    (0 = kept longest) divided by the group's slots, so versions of different groups compare
+    by how far down their own group they stand. ``warm``: per (worker id, version id), the
+    worker's leading WARM expert's key (lower goes first; ties: the lower id)."""
+
+    hot: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    warm: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
+    hot_experts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Leading HOT expert per ``worker/base model`` group (for the decision log)."""
+    warm_experts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Leading WARM expert per worker."""
+
+    def hot_key(self, version_id: str) -> float:
+        """HOT keep key of a version (the lowest when never requested)."""
+        return self.hot.get(version_id, -float("inf"))
+
+    def warm_key(self, worker_id: str, version_id: str) -> float:
+        """WARM key of a version on a worker (the lowest when unknown)."""
+        return self.warm.get((worker_id, version_id), -float("inf"))
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything a policy may look at, frozen."""
 
@@ -87,6 +113,9 @@ class Snapshot:
     """Measured load-path throughputs (for the load-cost term)."""
     next_access: Mapping[str, float] | None = None
     """Future knowledge for the offline optimum (Belady) only: next request time per version."""
+    ranks: Ranks | None = None
+    """The adaptive experts' order (:class:`~loraplane.policy.ranking.AdaptiveRanking`): the
+    heat plan ranks HOT and WARM by it; None: by the plain heat score."""
 
     @staticmethod
     def build(
@@ -95,6 +124,7 @@ class Snapshot:
         stats: Mapping[str, StatsView] | None = None,
         bandwidths: Bandwidths | None = None,
         next_access: Mapping[str, float] | None = None,
+        ranks: Ranks | None = None,
     ) -> Snapshot:
         """Freeze the inputs into a snapshot (workers sorted by id, mappings read-only)."""
         return Snapshot(
@@ -103,6 +133,7 @@ class Snapshot:
             workers=tuple(sorted(workers, key=lambda w: w.worker_id)),
             bandwidths=bandwidths or Bandwidths(),
             next_access=None if next_access is None else MappingProxyType(dict(next_access)),
+            ranks=ranks,
         )
 
     def stats_of(self, version_id: str) -> StatsView:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from loraplane.cache_manager.canary_analysis import Action, AnalysisRules, Reason
-from loraplane.cache_manager.canary_runner import REASON_PREFIX, CanaryRunner, Run
+from loraplane.cache_manager.canary_runner import REASON_PREFIX, CanaryRunner, Run, observe
 from loraplane.cache_manager.canary_window import CanaryWindow
-from loraplane.cache_manager.model import Pointers
-from loraplane.cache_manager.state import State
+from loraplane.cache_manager.core import ApplyResult
+from loraplane.cache_manager.model import CommandKind, CommandSpec, Pointers
+from loraplane.cache_manager.state import Applied, Outcome, State
+from loraplane.cache_manager.tracker import Pending, Resolution
+from loraplane.shared.topics import new_meta
+from loraplane.v1 import common_pb2, events_pb2
 
 RULES = AnalysisRules(stages=(10, 50, 100), dwell_s=10, window_s=20, min_requests=3)
 T0 = 2_000_000.0
@@ -151,3 +156,50 @@ async def test_a_share_changed_by_a_person_starts_a_new_stage_and_pause_holds() 
     serve(runner, CANARY, T0 + 17, 5, tag="r")
     taken = await runner.tick(state, T0 + 27)
     assert [(d.from_percent, d.to_percent) for d in taken] == [(20, 50)]
+
+
+# --------------------------------------------------------------------------- observe
+
+
+def _completion(version: str, request_id: str, *, status: int = 0, degraded: bool = False,
+                klass: int = 1, ttft: float = 12.0) -> events_pb2.RequestCompleted:
+    ref = common_pb2.AdapterRef(tenant_id="acme", adapter_name="code", version=version,
+                                base_model="loraplane/tiny-llama")
+    return events_pb2.RequestCompleted(meta=new_meta("gw", ref), request_id=request_id,
+                                       request_class=klass, status_code=status,  # type: ignore[arg-type]
+                                       degraded_to_base=degraded, ttft_ms=ttft)
+
+
+def test_observe_counts_requests_once_and_leaves_shadow_requests_to_the_golden_set() -> None:
+    w = CanaryWindow()
+    batch = events_pb2.HeatBatch(completions=[
+        _completion("v2", "r1"), _completion("v2", "r1"),           # gateway + worker: once
+        _completion("v2", "r2", status=14), _completion("v2", "r3", degraded=True),
+        _completion("v2", "s1", klass=common_pb2.REQUEST_CLASS_CANARY),  # shadow
+    ])
+    observe(w, batch, ApplyResult(Applied()), time.time())
+    f = w.figures(CANARY, 0, time.time() + 1)
+    assert (f.requests, f.errors, f.degraded) == (3, 1, 1)
+    assert f.ttft_ms == {"interactive": (12.0,)}
+
+
+def test_observe_takes_load_answers_with_their_message_and_skips_timeouts() -> None:
+    w = CanaryWindow()
+    now = time.time()
+
+    def res(cid: str, kind: CommandKind, ok: bool, result: str) -> Resolution:
+        spec = CommandSpec(kind, "w1", CANARY, "canary_warmup")
+        return Resolution(Pending(cid, spec, now, now + 30, 1), ok, result, True,
+                          "" if ok else "LOAD_ERROR_CODE_DOWNLOAD_FAILED")
+
+    applied = Applied(outcomes=[Outcome("c1", "w1", CANARY, ok=False,
+                                        code="LOAD_ERROR_CODE_DOWNLOAD_FAILED",
+                                        message="no objects under s3://b/p/")])
+    result = ApplyResult(applied, [res("c1", CommandKind.LOAD_HOT, False, "failed"),
+                                   res("c2", CommandKind.LOAD_HOT, False, "timeout"),
+                                   res("c3", CommandKind.DEMOTE, False, "failed"),
+                                   res("c4", CommandKind.LOAD_WARM, True, "ok")])
+    observe(w, events_pb2.WorkerReport(), result, now)
+    f = w.figures(CANARY, now - 1, now + 1)
+    assert (f.load_attempts, f.load_failures) == (2, 1)
+    assert f.last_load_error == "LOAD_ERROR_CODE_DOWNLOAD_FAILED: no objects under s3://b/p/"

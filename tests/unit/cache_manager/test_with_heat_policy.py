@@ -124,3 +124,60 @@ def test_a_protected_versions_last_hot_replica_is_kept_until_another_is_hot() ->
     res = core.planner.plan(core.state, core.tracker, T0 + 4, extra=[plain])
     assert other.version_id in [s.version_id for s in res.commands
                                 if s.kind is CommandKind.DEMOTE]
+
+
+def _three_versions(core: CacheCore, requests: tuple[int, int, int]) -> float:
+    """a and b HOT in w1's two slots, c WARM; requests of a, then b (1,000 s later), then c."""
+    a, b, c = ev.ref("a"), ev.ref("b"), ev.ref("c")
+    for i, r in enumerate((a, b, c), start=1):
+        core.apply(ev.admitted(r, i, T0), T0)
+    core.apply(ev.snapshot(ev.WorkerSpec("w1", slots=2, held=[
+        ev.Held(a), ev.Held(b), ev.Held(c, tier=common_pb2.TIER_WARM)]), 1, T0), T0)
+    t = T0
+    for r, n, dt in zip((a, b, c), requests, (0.0, 1000.0, 10.0), strict=True):
+        t += dt
+        core.apply(ev.heat(r, n, t), t)
+    return t + 1
+
+
+def _demoted(core: CacheCore, now: float) -> list[str]:
+    rnd = core.planner.plan(core.state, core.tracker, now)
+    return [s.version_id for s in rnd.commands if s.kind is CommandKind.DEMOTE]
+
+
+def test_the_heat_plan_ranks_by_the_adaptive_experts_the_simulator_measures() -> None:
+    """a: 40 requests long ago, b: 3, c: 10 now (needs a slot). On the request clock a is the
+    busiest stream (the adaptive heat expert keeps it, b goes); the plain score in seconds
+    decays a for 1,000 s and would demote it."""
+    core = heat_core()
+    now = _three_versions(core, (40, 3, 10))
+    rnd = core.planner.plan(core.state, core.tracker, now)
+    # the ranking learnt its universe in the round and replayed the 53 requests seen before
+    ranking = core.state.ranking
+    assert ranking is not None and ranking.ready and ranking.seen == 53
+    ranks = rnd.snapshot.ranks
+    assert ranks is not None and ranks.hot_experts == {"w1/loraplane/tiny-llama": "heat"}
+    members = ("acme/a@v1", "acme/b@v1")
+    lowest = min(members, key=lambda v: (ranks.hot_key(v), v))
+    assert lowest == "acme/b@v1"
+    assert [(s.kind, s.version_id) for s in rnd.commands] == [
+        (CommandKind.DEMOTE, lowest), (CommandKind.LOAD_HOT, "acme/c@v1")]
+    core.state.ranking = None  # the plain score on the same state: a different victim
+    assert _demoted(core, now) == ["acme/a@v1"]
+
+
+def test_a_new_leader_ranks_by_the_stored_score_until_the_experts_have_seen_enough() -> None:
+    """The experts live in memory: a takeover starts them empty (the heat events before the
+    committed offsets are not replayed); the stored statistics rank until one HOT time
+    constant of requests (25 per slot) has been seen."""
+    old = heat_core()
+    now = _three_versions(old, (40, 3, 10))
+    assert _demoted(old, now) == ["acme/b@v1"]
+    new = heat_core()
+    for vid, st in old.state.stats.items():  # what store.load_stats gives the new leader
+        new.state.stats[vid] = st
+    new.state.versions = dict(old.state.versions)
+    new.state.workers = old.state.workers
+    assert _demoted(new, now) == ["acme/a@v1"]
+    assert new.state.ranking is not None and not new.state.ranking.ready
+    assert new.planner.plan(new.state, new.tracker, now).snapshot.ranks is None

@@ -1,0 +1,279 @@
+"""The adaptive ranking for the cache-manager: the simulator's experts, fed by live heat.
+
+The simulator measures :class:`~loraplane.policy.adaptive.AdaptiveHeatOnline` request by
+request; the cache-manager plans on snapshots. :class:`AdaptiveRanking` is the bridge, so
+that the service runs the code the simulator measures (one implementation): it holds one
+``AdaptiveHeatOnline`` over the cluster the cache-manager sees, feeds it every completed
+request (``observe``: :meth:`~AdaptiveHeatOnline.on_request` then
+:meth:`~AdaptiveHeatOnline.note_served`), tells it of WARM evictions (the reuse expert's
+inflation value rises as at a simulated victim) and hands the heat plan the order its
+leading experts would take victims in (:class:`Ranks`, carried by the
+:class:`~loraplane.policy.snapshot.Snapshot`). The simulated tiers of that object stay
+empty: the real placement is the snapshot's.
+
+Mapping to the simulator's integers: versions, workers and base models are numbered in
+sorted id order (so ties break on the id, as the simulator's break on the integer); slot
+group = worker × base models + base model; the group size is the largest slot count of
+any (worker, base model), the WARM size the largest host bytes of any worker.
+
+**State across rounds and leaders.** The experts' state (decayed counts, shadows, leaders)
+lives in memory only. A change of the universe (a version or worker appears or leaves, a
+capacity changes) rebuilds the object and replays the last ``history`` requests kept here
+(the WARM inflation value restarts at 0 then). A new leader starts empty and learns from the
+heat events it consumes; until it has seen ``adaptive.hot_tau_per_slot`` × slots requests
+(one HOT time constant) :meth:`ranks` is None and the heat plan ranks by the plain heat score
+of the stored statistics, so a takeover does not reshuffle the cluster on no evidence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import overload
+
+from .adaptive import AdaptiveHeatOnline
+from .config import PolicyConfig
+from .cost import Bandwidths
+from .model import Priority, RequestClass
+from .online import CLASS_CODE, PRIORITY_CODE, OnlineContext
+from .snapshot import Ranks
+
+DEFAULT_HISTORY = 50_000
+"""Requests kept for a replay when the universe changes (a rebuild replays them: ~0.5 s of CPU
+for 50,000 on this machine, once per admitted version or worker change)."""
+
+
+class _Latest(Sequence[int]):
+    """A request column of one value at a time: the service feeds one request at a time,
+    and the online policy reads only the current request's entry."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        if isinstance(i, slice):
+            raise TypeError("a request column of the live service has no slices")
+        return self.value
+
+    def __len__(self) -> int:
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class RankedVersion:
+    """What the ranking must know of a version."""
+
+    version_id: str
+    size_bytes: int
+    adapter_id: str
+    """Versions of one adapter share it (a stable version supersedes the previous one)."""
+    tenant_id: str
+    base_model: str
+
+
+@dataclass(frozen=True, slots=True)
+class RankedWorker:
+    """What the ranking must know of a worker: capacities and what it holds now."""
+
+    worker_id: str
+    hot_slots: Mapping[str, int]
+    warm_bytes: int
+    resident: frozenset[str] = frozenset()
+    """Versions with files here (HOT ∪ WARM): one that leaves counts as a WARM eviction."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    version_id: str
+    worker_id: str
+    request_class: int
+    priority: int
+    canary: int
+    at: float
+
+
+class AdaptiveRanking:
+    """The adaptive heat experts over the live cluster (see the module docstring)."""
+
+    def __init__(self, config: PolicyConfig, bandwidths: Bandwidths | None = None,
+                 history: int = DEFAULT_HISTORY) -> None:
+        if history < 0:
+            raise ValueError(f"history must be >= 0, got {history}")
+        self.config = config
+        self.bandwidths = bandwidths or Bandwidths()
+        self._log: deque[_Request] = deque(maxlen=history)
+        self._versions: tuple[RankedVersion, ...] = ()
+        self._workers: tuple[tuple[str, tuple[tuple[str, int], ...], int], ...] = ()
+        self._vindex: dict[str, int] = {}
+        self._windex: dict[str, int] = {}
+        self._bindex: dict[str, int] = {}
+        self._online: AdaptiveHeatOnline | None = None
+        self._cols = (_Latest(), _Latest(), _Latest(), _Latest())
+        self._clock = 0
+        self._slots = 0
+        self._resident: dict[str, frozenset[str]] = {}
+        self._current: _Request | None = None
+        self.seen = 0
+        """Requests fed to the current experts (a rebuild counts its replay)."""
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def observe(self, version_id: str, worker_id: str, request_class: RequestClass,
+                priority: Priority, canary: bool, at: float) -> None:
+        """One completed request of ``version_id`` served on ``worker_id`` ("" when unknown),
+        in event-time order per producer; ``canary``: the version is an active canary.
+        :meth:`arrived` then :meth:`served` (a completion reports both at once)."""
+        self.arrived(version_id, worker_id, request_class, priority, canary, at)
+        self.served()
+
+    def arrived(self, version_id: str, worker_id: str, request_class: RequestClass,
+                priority: Priority, canary: bool, at: float) -> None:
+        """The request's arrival (:meth:`AdaptiveHeatOnline.on_request`); :meth:`served`
+        must follow before the next one. Apart for a caller that sees evictions in between,
+        as the simulator does."""
+        req = _Request(version_id, worker_id, CLASS_CODE[request_class], PRIORITY_CODE[priority],
+                       1 if canary else 0, at)
+        self._log.append(req)
+        self._arrive(req)
+
+    def served(self) -> None:
+        """The arrived request was served on its worker (:meth:`AdaptiveHeatOnline.note_served`)."""
+        req, self._current = self._current, None
+        if req is not None:
+            self._serve(req)
+
+    def update(self, versions: Iterable[RankedVersion], workers: Iterable[RankedWorker]) -> None:
+        """The universe now: rebuild (and replay the kept requests) when it changed; WARM
+        evictions since the last update raise the reuse expert's inflation value."""
+        vs = tuple(sorted(versions, key=lambda r: r.version_id))
+        ws = tuple(sorted(workers, key=lambda r: r.worker_id))
+        shape = tuple((w.worker_id, tuple(sorted(w.hot_slots.items())), w.warm_bytes) for w in ws)
+        if vs != self._versions or shape != self._workers:
+            self._versions, self._workers = vs, shape
+            self._rebuild()
+        online = self._online
+        for w in ws:
+            before = self._resident.get(w.worker_id, frozenset())
+            if online is not None:
+                wi = self._windex.get(w.worker_id)
+                for vid in sorted(before - w.resident):
+                    vi = self._vindex.get(vid)
+                    if wi is not None and vi is not None:
+                        online.note_evicted(wi, vi)
+            self._resident[w.worker_id] = w.resident
+
+    # -- output -------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Whether the experts have seen one HOT time constant of requests."""
+        return self._online is not None and self.seen >= self._warmup()
+
+    def ranks(self, resident: Iterable[tuple[str, str]]) -> Ranks | None:
+        """The experts' order for a plan (None until :attr:`ready`); ``resident``: the
+        (worker id, version id) pairs whose WARM key the plan needs."""
+        online = self._online
+        if online is None or not self.ready:
+            return None
+        n_bm = max(1, len(self._bindex))
+        groups: dict[int, list[tuple[tuple[float, float], int, str]]] = {}
+        first_worker = 0
+        for vid, vi in self._vindex.items():
+            g = online.home_group(vi)
+            if g < 0:
+                g = first_worker * n_bm + self._bindex.get(self._versions[vi].base_model, 0)
+            groups.setdefault(g, []).append((online.hot_rank(g, vi), vi, vid))
+        hot: dict[str, float] = {}
+        for members in groups.values():
+            members.sort(reverse=True)
+            for pos, (_, _, vid) in enumerate(members):
+                hot[vid] = -pos / max(1, self._slots)
+        warm: dict[tuple[str, str], float] = {}
+        for wid, vid in resident:
+            w_at = self._windex.get(wid)
+            v_at = self._vindex.get(vid)
+            if w_at is not None and v_at is not None:
+                warm[(wid, vid)] = online.warm_rank(w_at, v_at)
+        hot_experts = {
+            f"{wid}/{bm}": online.hot_expert(wi * n_bm + bi)
+            for wid, wi in self._windex.items() for bm, bi in self._bindex.items()
+        }
+        warm_experts = {wid: online.warm_expert(wi) for wid, wi in self._windex.items()}
+        return Ranks(MappingProxyType(hot), MappingProxyType(warm),
+                     MappingProxyType(hot_experts), MappingProxyType(warm_experts))
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _warmup(self) -> int:
+        return int(self.config.adaptive.hot_tau_per_slot * max(1, self._slots)
+                   * max(1, len(self._windex)) * max(1, len(self._bindex)))
+
+    def _rebuild(self) -> None:
+        vs = self._versions
+        self._vindex = {r.version_id: i for i, r in enumerate(vs)}
+        self._windex = {w[0]: i for i, w in enumerate(self._workers)}
+        bms = sorted({bm for w in self._workers for bm, _ in w[1]} | {r.base_model for r in vs})
+        self._bindex = {bm: i for i, bm in enumerate(bms)}
+        self._slots = max((s for w in self._workers for _, s in w[1]), default=0)
+        self._resident = {}
+        self.seen = 0
+        self._clock = 0
+        if not vs or not self._workers or self._slots <= 0:
+            self._online = None
+            return
+        adapters = _intern(r.adapter_id for r in vs)
+        tenants = _intern(r.tenant_id for r in vs)
+        versions, classes, priorities, canary = self._cols
+        ctx = OnlineContext(
+            n_versions=len(vs), n_workers=len(self._workers), n_base_models=len(bms),
+            hot_slots=self._slots, warm_bytes=max(w[2] for w in self._workers),
+            sizes=[r.size_bytes for r in vs], adapters=adapters, versions=versions,
+            classes=classes, priorities=priorities, canary=canary,
+            bandwidths=self.bandwidths, tenants=tenants,
+        )
+        self._online = AdaptiveHeatOnline(ctx, self.config)
+        for req in self._log:
+            self._arrive(req)
+            self.served()
+
+    def _arrive(self, req: _Request) -> None:
+        self._current = None
+        online = self._online
+        if online is None:
+            return
+        vi = self._vindex.get(req.version_id)
+        if vi is None:
+            return
+        versions, classes, priorities, canary = self._cols
+        versions.value = vi
+        classes.value = req.request_class
+        priorities.value = req.priority
+        canary.value = req.canary
+        online.on_request(self._clock, vi, req.at)
+        self._clock += 1
+        self.seen += 1
+        self._current = req
+
+    def _serve(self, req: _Request) -> None:
+        online = self._online
+        wi = self._windex.get(req.worker_id)
+        vi = self._vindex.get(req.version_id)
+        if online is not None and wi is not None and vi is not None:
+            bi = self._bindex[self._versions[vi].base_model]
+            online.note_served(wi * max(1, len(self._bindex)) + bi, wi, vi)
+
+
+def _intern(names: Iterator[str] | Iterable[str]) -> list[int]:
+    """Small integers for names, in order of first appearance."""
+    codes: dict[str, int] = {}
+    return [codes.setdefault(n, len(codes)) for n in names]
