@@ -16,10 +16,10 @@ import signal
 from collections.abc import Sequence
 
 from loraplane.cache_manager.grpc_api import AUTHZ_RULES, CacheManagerApi
+from loraplane.cache_manager.leaders import ShardedCacheManager
 from loraplane.cache_manager.metrics import CacheMetrics
 from loraplane.cache_manager.page import create_page_app, page_server
 from loraplane.cache_manager.rules import DEFAULT_RULES_PATH, RulesConfig, load_rules
-from loraplane.cache_manager.service import CacheManagerService
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.policy.config import DEFAULT_CONFIG_PATH, PolicyConfig, load_config
 from loraplane.shared.grpcutil import Service, build_server
@@ -34,7 +34,8 @@ log = logging.getLogger("loraplane.cache_manager")
 
 SUMMARY = """The cache manager: plans which adapter versions are HOT, WARM or COLD on which
 worker (the cache policy plus the business rules) and commands the workers over Kafka.
-One leader per deployment (PostgreSQL advisory lock); further instances stand by."""
+One leader per deployment, or per base model with LORAPLANE_CACHE_MANAGER_SHARDS
+(PostgreSQL advisory locks); further instances stand by."""
 
 
 async def serve(
@@ -42,7 +43,7 @@ async def serve(
 ) -> None:
     """Serve ``/metrics`` and the read API, and stand by / lead until SIGINT or SIGTERM."""
     start_metrics_server(settings.cache_manager_metrics_port, addr=settings.cache_manager_bind)
-    service = CacheManagerService(settings, rules, policy_config)
+    service = ShardedCacheManager(settings, rules, policy_config)
     api = CacheManagerApi(lambda: service.core, settings.instance)
     credentials, interceptors = server_security(settings.tls_files(), AUTHZ_RULES)
     server = build_server(

@@ -134,6 +134,7 @@ class CacheCore:
         id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
         decision_capacity: int = 2000,
         tenants: frozenset[str] | None = None,
+        base_models: frozenset[str] | None = None,
     ) -> None:
         self.rules = rules
         self.worker_timeout_s = worker_timeout_s
@@ -143,6 +144,7 @@ class CacheCore:
             prewarm_ttl_s=rules.prewarm.ttl_s,
             rollback_boost_ttl_s=rules.rollback.boost_ttl_s,
             tenants=tenants,
+            base_models=base_models,
         )
         self.tracker = CommandTracker(
             timeout_s=rules.commands.timeout_s,

@@ -38,9 +38,13 @@ log = logging.getLogger(__name__)
 class LeaderLock:
     """One instance's attempt at the leader lock."""
 
-    def __init__(self, dsn: str, key: int, *, check_timeout_s: float = 2.0) -> None:
+    def __init__(self, dsn: str, key: int, *, shared_key: int | None = None,
+                 check_timeout_s: float = 2.0) -> None:
         self.dsn = dsn
         self.key = key
+        self.shared_key = shared_key
+        """Also held, in shared mode, on the same session (a shard leader's hold on the
+        deployment key: :mod:`~loraplane.cache_manager.sharding`); None: the key alone."""
         self.check_timeout_s = check_timeout_s
         self._conn: asyncpg.Connection | None = None
 
@@ -59,13 +63,16 @@ class LeaderLock:
             log.info("leader lock: database unavailable: %s", exc)
             return False
         try:
-            got = bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", self.key,
-                                           timeout=self.check_timeout_s))
+            got = self.shared_key is None or bool(await conn.fetchval(
+                "SELECT pg_try_advisory_lock_shared($1)", self.shared_key,
+                timeout=self.check_timeout_s))
+            got = got and bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", self.key,
+                                                   timeout=self.check_timeout_s))
         except (*CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as exc:
             log.info("leader lock: attempt failed: %s", exc)
             got = False
         if not got:
-            await _close(conn)
+            await _close(conn)  # ends the session: a shared hold taken above goes with it
             return False
         self._conn = conn
         return True

@@ -42,7 +42,11 @@ class CacheMetrics(PerRegistry):
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__(registry)
         self.leader = Gauge("loraplane_cache_leader",
-                            "1 while this instance is the commanding leader.", registry=registry)
+                            "1 while this instance leads (unsharded, or at least one shard).", registry=registry)
+        self.shard_leader = Gauge(
+            "loraplane_cache_shard_leader",
+            "1 while this instance leads the shard (a base model; * = unsharded).",
+            ["shard"], registry=registry)
         self.commands = Counter(
             "loraplane_cache_commands",
             "Cache commands by kind and result (issued, ok, failed, timeout, void, "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
 
+from loraplane.cache_manager.sharding import ShardSelection, parse_shards
 from loraplane.shared.settings import CommonSettings
 
 DEFAULT_GRPC_PORT = 19053
@@ -64,6 +65,10 @@ class CacheManagerSettings(CommonSettings):
     """How often a standby tries the leader lock (and the leader checks it still holds it)."""
     cache_manager_lock_key: int = LOCK_KEY
     """Postgres advisory lock key (one per cache-manager deployment)."""
+    cache_manager_shards: str = ""
+    """Which shards (base models) this process may lead, each with its own leader lock
+    (:mod:`loraplane.cache_manager.sharding`): empty = not sharded, one leader for every
+    base model; ``*`` = every base model of the registry; or a comma-separated list."""
     cache_manager_registry_refresh_s: float = Field(default=60.0, gt=0)
     """Period of the full re-read of the registry (catches missed lifecycle events)."""
     cache_manager_stats_flush_s: float = Field(default=10.0, gt=0)
@@ -82,6 +87,7 @@ class CacheManagerSettings(CommonSettings):
     def _checks(self) -> CacheManagerSettings:
         if self.cache_manager_worker_timeout_s <= self.cache_manager_tick_s:
             raise ValueError("cache_manager_worker_timeout_s must exceed cache_manager_tick_s")
+        parse_shards(self.cache_manager_shards)  # names every problem
         if self.cache_manager_page_port and not self.registry_operator_token.get_secret_value():
             raise ValueError("LORAPLANE_CACHE_MANAGER_PAGE_PORT is set but "
                              "LORAPLANE_REGISTRY_OPERATOR_TOKEN is not: the placement page "
@@ -93,6 +99,11 @@ class CacheManagerSettings(CommonSettings):
         """:attr:`cache_manager_tenants` as a set (None: every tenant)."""
         names = frozenset(t.strip() for t in self.cache_manager_tenants.split(",") if t.strip())
         return names or None
+
+    @property
+    def shard_selection(self) -> ShardSelection | None:
+        """:attr:`cache_manager_shards` parsed (None: not sharded)."""
+        return parse_shards(self.cache_manager_shards)
 
     @property
     def instance(self) -> str:

@@ -77,18 +77,40 @@ def _pointers(row: Mapping[str, Any]) -> Pointers:
 
 
 async def read_registry(
-    conn: asyncpg.Connection, tenants: frozenset[str] | None = None
+    conn: asyncpg.Connection, tenants: frozenset[str] | None = None,
+    base_models: frozenset[str] | None = None,
 ) -> tuple[list[VersionRecord], dict[str, Pointers]]:
-    """Every non-pending version and every adapter's release pointers (of ``tenants``)."""
+    """Every non-pending version and every adapter's release pointers (of ``tenants``; of
+    ``base_models``' versions only, for a shard — the pointers of every adapter)."""
+    sql = _VERSIONS_SQL
+    args: list[list[str]] = []
+    if tenants is not None:
+        args.append(sorted(tenants))
+        sql += f" AND a.tenant_id = ANY(${len(args)}::text[])"
+    if base_models is not None:
+        args.append(sorted(base_models))
+        sql += f" AND v.base_model = ANY(${len(args)}::text[])"
+    rows = await conn.fetch(sql, *args)
     if tenants is None:
-        rows = await conn.fetch(_VERSIONS_SQL)
         prow = await conn.fetch(_POINTERS_SQL)
     else:
-        wanted = sorted(tenants)
-        rows = await conn.fetch(_VERSIONS_SQL + " AND a.tenant_id = ANY($1::text[])", wanted)
         prow = await conn.fetch(
-            _POINTERS_SQL + " WHERE split_part(adapter_id, '/', 1) = ANY($1::text[])", wanted)
+            _POINTERS_SQL + " WHERE split_part(adapter_id, '/', 1) = ANY($1::text[])",
+            sorted(tenants))
     return [_record(r) for r in rows], {r["adapter_id"]: _pointers(r) for r in prow}
+
+
+async def base_models(conn: asyncpg.Connection, tenants: frozenset[str] | None = None
+                      ) -> list[str]:
+    """The base models the registry has a non-pending version of (of ``tenants``): the
+    shards of ``LORAPLANE_CACHE_MANAGER_SHARDS=*``."""
+    sql = ("SELECT DISTINCT v.base_model FROM adapter_versions v "
+           "JOIN adapters a ON a.adapter_id = v.adapter_id WHERE v.status <> 'pending'")
+    if tenants is None:
+        rows = await conn.fetch(sql)
+    else:
+        rows = await conn.fetch(sql + " AND a.tenant_id = ANY($1::text[])", sorted(tenants))
+    return sorted(r["base_model"] for r in rows if r["base_model"])
 
 
 def split_version_id(vid: str) -> tuple[str, str] | None:
