@@ -48,6 +48,7 @@ from loraplane.policy.online import CachePolicy
 from loraplane.policy.placement import HostOption, rank_hosts
 from loraplane.policy.plan import ActionKind, Plan, Reason
 from loraplane.policy.predicates import max_pins, protection_of
+from loraplane.policy.ranking import RankedVersion, RankedWorker
 from loraplane.policy.score import hot_terms
 from loraplane.policy.snapshot import Snapshot, VersionMeta, WorkerState
 from loraplane.policy.stats import StatsView
@@ -315,7 +316,21 @@ class Planner:
                 loaded_at=MappingProxyType(loaded_at),
             ))
         stats = {vid: state.stats[vid].view() for vid in metas if vid in state.stats}
-        return Snapshot.build(metas.values(), workers, stats, self.bandwidths)
+        ranks = None
+        ranking = state.ranking
+        if ranking is not None:
+            # the adaptive experts over what the policy places (the simulator's code)
+            ranking.update(
+                (RankedVersion(vid, m.size_bytes, state.versions[vid].ref.adapter_id,
+                               m.tenant_id, m.base_model) for vid, m in metas.items()),
+                # full capacities (the snapshot's net of other versions' room would change
+                # the experts' universe, and rebuild them, whenever such a version moves)
+                (RankedWorker(wid, {bm: cap.slots for bm, cap in pr.view.capacities.items()},
+                              pr.view.warm_bytes_capacity, frozenset(pr.slots))
+                 for wid, pr in proj.items()),
+            )
+            ranks = ranking.ranks((w.worker_id, v) for w in workers for v in w.resident())
+        return Snapshot.build(metas.values(), workers, stats, self.bandwidths, ranks=ranks)
 
     def heat_of(self, snapshot: Snapshot, vid: str, now: float) -> float:
         """HOT-ranking heat of a version in the snapshot (0 when not in it)."""

@@ -42,6 +42,7 @@ from loraplane.cache_manager.model import (
     version_id,
 )
 from loraplane.policy.plan import Reason
+from loraplane.policy.ranking import AdaptiveRanking
 from loraplane.policy.stats import DEFAULT_TAU_S, DEFAULT_WARM_TAU_S, VersionStats
 from loraplane.shared.vocab import tier_from_proto
 from loraplane.v1 import common_pb2, events_pb2
@@ -206,6 +207,8 @@ class State:
         """Completed requests by (version id, tier at arrival)."""
         self.errors: dict[str, int] = {}
         """Failed requests by version id."""
+        self.ranking: AdaptiveRanking | None = None
+        """The adaptive heat experts (the heat policy's order), fed every completed request."""
         self.events_applied = 0
         self.duplicates = 0
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -423,7 +426,13 @@ class State:
                 self.record_of(ref, c.engine_id, out)
             t = min(ts_seconds(c.meta.occurred_at, now), now)
             st = self.stats_of(vid)
-            st.record_request(t, request_class_from_proto(c.request_class))
+            cls = request_class_from_proto(c.request_class)
+            st.record_request(t, cls)
+            if self.ranking is not None:
+                rec = self.versions[vid]
+                ptr = self.pointers.get(ref.adapter_id)
+                canary = ptr is not None and ptr.canary == ref.version and ptr.canary_percent > 0
+                self.ranking.observe(vid, c.worker_id, cls, rec.priority, canary, t)
             failed = c.status_code != 0
             st.finish_request(error=failed)
             if failed:

@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loraplane.shared.resources import state_dir
+
 Profile = Literal["run", "test"]
 
 #: Port base per profile; component ports are offsets from it unless set explicitly.
@@ -122,9 +124,9 @@ class StackSettings(BaseSettings):
             if not getattr(self, name):
                 setattr(self, name, self.port_base + offset)
         if self.data_dir is None:
-            self.data_dir = repo_root() / ".loraplane" / f"{self.profile}-stack"
+            self.data_dir = state_dir() / f"{self.profile}-stack"
         if self.demo_env_file is None:
-            self.demo_env_file = repo_root() / ".loraplane" / "demo.env"
+            self.demo_env_file = state_dir() / "demo.env"
         ports = {name: getattr(self, name) for name in PORT_OFFSETS}
         seen: dict[int, str] = {}
         for name, port in ports.items():

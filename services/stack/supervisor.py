@@ -43,10 +43,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from loraplane.shared.resources import state_dir
 from loraplane.stack.certs import OPERATOR, ensure_dev_pki
 from loraplane.stack.components import Component, Health, StackError, port_in_use
 from loraplane.stack.services import SERVICES, ServiceSpec, existing_services
-from loraplane.stack.settings import StackSettings, repo_root
+from loraplane.stack.settings import StackSettings
 from loraplane.stack.stack import Stack
 
 #: Operator token of the local stack's registry admin API.
@@ -62,7 +63,7 @@ def service_env(s: StackSettings, extra: dict[str, str] | None = None) -> dict[s
     registry_port = SERVICES[0].ports(s)["GRPC_PORT"]
     env["LORAPLANE_REGISTRY_ADDR"] = f"127.0.0.1:{registry_port}"
     env.setdefault("LORAPLANE_REGISTRY_OPERATOR_TOKEN", DEV_OPERATOR_TOKEN)
-    models = repo_root() / ".loraplane" / "models"
+    models = state_dir() / "models"
     env["LORAPLANE_MODELS_DIR"] = str(models)
     # Per-stack state of the services, so `make run` and the make-run test never share it.
     env["LORAPLANE_WORKER_HOST_DIR"] = str(s.root / "worker-host")
