@@ -261,7 +261,13 @@ class CanaryRunner:
             run = self.runs.get(adapter_id)
             if run is not None and (run.version, run.percent) == (version, percent):
                 continue
-            new = Run(adapter_id, version, percent, now, False,
+            # a new canary's stage starts when its pointer event was applied (its first
+            # load answers may come before this tick); a share change made by someone else
+            # starts now
+            tenant, _, name = adapter_id.partition("/")
+            since = state.canary_since.get(version_id(tenant, name, version), 0.0)
+            start = min(since, now) if run is None and since > 0 else now
+            new = Run(adapter_id, version, percent, start, False,
                       run.last_decision_id if run is not None else "",
                       run.last_decision if run is not None else None)
             self.runs[adapter_id] = new
