@@ -9,7 +9,12 @@ three alike:
   ``WorkerInternal.Generate``, no auth, no resolution, no metrics);
 * **gateway**: the real gateway process (auth, name check, resolution, budget
   decision, routing, metrics, heat), its views seeded with one tenant, one adapter
-  HOT on the worker.
+  HOT on the worker;
+* **gateway_mtls** (``--worker null``): the same gateway and worker, each a process of
+  its own again, with mutual TLS between them (the stack's dev CA, ``shared/tls.py``: the
+  worker requires the gateway's client certificate and checks it against its table), so
+  ``mtls_*`` ratios put TLS beside plaintext (latency and CPU per request of the gateway
+  and of the worker). The tenant side stays plaintext (edge TLS is not built).
 
 Every component is its own process; the load comes from ``--clients`` client
 processes with bounded concurrency. Two phases per round:
@@ -80,6 +85,8 @@ BASE_MODEL = "tiny"
 WORKER_ID = "bench-worker"
 API_KEY = "lp_bench_secret"
 TARGETS = ("direct", "proxy", "gateway")
+MTLS = "gateway_mtls"
+"""The gateway → worker hop over mutual TLS (a second worker and gateway pair)."""
 WORKERS = ("null", "echo")
 LATENCY_RATIO_TARGET = 1.2
 RPS_TARGET = 2000.0
@@ -93,6 +100,8 @@ class ServeOptions:
     """Tokens the null engine puts in one chunk (one chunk = one streamed message)."""
     uvloop: bool = False
     """Run every server process's event loop on uvloop."""
+    pki_dir: str = ""
+    """The dev CA's directory (``stack/certs.py``) for the mutual-TLS pair."""
 
 
 @dataclass(frozen=True)
@@ -143,10 +152,11 @@ def _serve(role: str, out: Any, worker_addr: str, worker_kind: str, workdir: str
 
 async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str,
                        workdir: Path, version: Version, options: ServeOptions) -> None:
-    if role == "worker":
+    tls = _tls_settings(options.pki_dir, role)
+    if role in ("worker", "worker_mtls"):
         if worker_kind == "null":
-            desc, port, held, stop = await _start_null_worker(workdir,
-                                                              options.tokens_per_message)
+            desc, port, held, stop = await _start_null_worker(
+                workdir / role, options.tokens_per_message, tls)
         else:
             desc, port, held, stop = await _start_echo_worker()
         out.put((role, desc, port, held))
@@ -160,13 +170,23 @@ async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str,
         await server.start()
         out.put((role, "bare pass-through proxy", port, version))
         await server.wait_for_termination()
-    elif role == "gateway":
-        app = await _start_gateway(worker_addr, version)
+    elif role in ("gateway", MTLS):
+        app = await _start_gateway(worker_addr, version, tls)
         out.put((role, "gateway", app.grpc_port, version))
         await asyncio.Event().wait()
 
 
 Stop = Callable[[], Any]
+
+
+def _tls_settings(pki_dir: str, role: str) -> dict[str, str]:
+    """The TLS settings of a server role of the mutual-TLS pair (``{}``: plaintext)."""
+    identity = {"worker_mtls": "worker", MTLS: "gateway"}.get(role)
+    if identity is None or not pki_dir:
+        return {}
+    d = Path(pki_dir)
+    return {"tls_ca_file": str(d / "ca.pem"), "tls_cert_file": str(d / f"{identity}.pem"),
+            "tls_key_file": str(d / f"{identity}.key")}
 
 
 async def _start_echo_worker() -> tuple[str, int, Version, Stop]:
@@ -206,8 +226,9 @@ class DirStore:
         return iter([(self.root / bucket / key).read_bytes()])
 
 
-async def _start_null_worker(workdir: Path,
-                             tokens_per_message: int = 1) -> tuple[str, int, Version, Stop]:
+async def _start_null_worker(workdir: Path, tokens_per_message: int = 1,
+                             tls: dict[str, str] | None = None
+                             ) -> tuple[str, int, Version, Stop]:
     """``--worker null``: the worker service on its null engine, Kafka off, with the
     bench's adapter signed, put in a directory object store and loaded HOT by a
     ``LoadAdapter`` command through the worker's command executor."""
@@ -230,6 +251,7 @@ async def _start_null_worker(workdir: Path,
     settings = WorkerSettings(
         worker_id=WORKER_ID, worker_grpc_port=0, worker_metrics_port=0, base_model=BASE_MODEL,
         base_model_dir=base, trusted_keys=str(keys.public_key), worker_host_dir=workdir / "host",
+        **(tls or {}),
     )
     src = workdir / "src"
     write_lora(src, dims, base_model=BASE_MODEL, rank=RANK, modules=("q_proj", "v_proj"))
@@ -279,7 +301,8 @@ class BareProxy(inference_pb2_grpc.InferenceServicer):
             yield msg
 
 
-async def _start_gateway(worker_addr: str, version: Version) -> Any:
+async def _start_gateway(worker_addr: str, version: Version,
+                         tls: dict[str, str] | None = None) -> Any:
     from loraplane.gateway.app import GatewayApp
     from loraplane.gateway.auth import key_hash
     from loraplane.gateway.catalog import VersionInfo
@@ -298,6 +321,7 @@ async def _start_gateway(worker_addr: str, version: Version) -> Any:
         # and the admission limit per worker (flow control is make bench-isolation's):
         # quotas counted but unlimited, admission without a limit
         default_max_in_flight=0, flow=FlowConfig(max_in_flight_per_worker=0),
+        **(tls or {}),  # the mutual-TLS pair: the gateway's certificate towards its worker
     )
     app = GatewayApp(settings, publisher=NullPublisher(), serve_metrics=False)
     g = app.gateway
@@ -386,7 +410,7 @@ async def _load(
 async def _client_async(conn: Connection, addrs: dict[str, str], version: Version) -> None:
     channels = {t: grpc.aio.insecure_channel(a) for t, a in addrs.items()}
     worker = worker_pb2_grpc.WorkerInternalStub(channels["direct"])
-    stubs = {t: inference_pb2_grpc.InferenceStub(channels[t]) for t in ("proxy", "gateway")}
+    stubs = {t: inference_pb2_grpc.InferenceStub(channels[t]) for t in addrs if t != "direct"}
     loop = asyncio.get_running_loop()
     while True:
         cmd = await loop.run_in_executor(None, conn.recv)
@@ -463,11 +487,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.tokens_per_message != 1 and args.worker != "null":
         ap.error("--tokens-per-message needs --worker null (the echo worker sends one token "
                  "per message)")
-    options = ServeOptions(tokens_per_message=args.tokens_per_message, uvloop=args.uvloop)
-
     ctx = mp.get_context("spawn")
     procs: list[Any] = []
     workdir = tempfile.mkdtemp(prefix="loraplane-bench-gateway-")
+    targets = (*TARGETS, MTLS) if args.worker == "null" else TARGETS
+    pki = ""
+    if MTLS in targets:
+        from loraplane.stack.certs import ensure_dev_pki
+
+        pki = str(Path(workdir) / "pki")
+        ensure_dev_pki(Path(pki))
+    options = ServeOptions(tokens_per_message=args.tokens_per_message, uvloop=args.uvloop,
+                           pki_dir=pki)
     try:
         q = ctx.Queue()
 
@@ -489,6 +520,11 @@ def main(argv: list[str] | None = None) -> int:
         worker_addr = f"127.0.0.1:{worker_port}"
         ports = {role: start(role, worker_addr, version)[1] for role in ("proxy", "gateway")}
         addrs = {"direct": worker_addr, **{k: f"127.0.0.1:{v}" for k, v in ports.items()}}
+        if MTLS in targets:
+            _, mtls_worker_port, mtls_version = start("worker_mtls", "", Version())
+            mtls_port = start(MTLS, f"127.0.0.1:{mtls_worker_port}", mtls_version)[1]
+            addrs[MTLS] = f"127.0.0.1:{mtls_port}"
+        worker_pid = {t: pids["worker_mtls" if t == MTLS else "direct"] for t in targets}
         clients: list[Connection] = []
         client_pids: list[int] = []
         for _ in range(args.clients):
@@ -500,25 +536,25 @@ def main(argv: list[str] | None = None) -> int:
             assert p.pid is not None
             client_pids.append(p.pid)
 
-        for t in TARGETS:  # warm up connections and code paths
+        for t in targets:  # warm up connections and code paths
             run_phase(clients, t, 400, args.throughput_concurrency, args.tokens)
-        lat: dict[str, PhaseResult] = {t: PhaseResult() for t in TARGETS}
-        tput: dict[str, list[float]] = {t: [] for t in TARGETS}
-        tput_lat: dict[str, PhaseResult] = {t: PhaseResult() for t in TARGETS}
-        cpu: dict[str, list[float]] = {t: [] for t in TARGETS}
-        client_cpu: dict[str, list[float]] = {t: [] for t in TARGETS}
-        worker_cpu: dict[str, list[float]] = {t: [] for t in TARGETS}
-        messages: dict[str, list[int]] = {t: [0, 0, 0] for t in TARGETS}  # msgs, tokens, reqs
+        lat: dict[str, PhaseResult] = {t: PhaseResult() for t in targets}
+        tput: dict[str, list[float]] = {t: [] for t in targets}
+        tput_lat: dict[str, PhaseResult] = {t: PhaseResult() for t in targets}
+        cpu: dict[str, list[float]] = {t: [] for t in targets}
+        client_cpu: dict[str, list[float]] = {t: [] for t in targets}
+        worker_cpu: dict[str, list[float]] = {t: [] for t in targets}
+        messages: dict[str, list[int]] = {t: [0, 0, 0] for t in targets}  # msgs, tokens, reqs
         for _ in range(args.rounds):
-            for t in TARGETS:
+            for t in targets:
                 r = run_phase(clients, t, args.latency_requests, args.latency_concurrency,
                               args.tokens)
                 lat[t].latencies_ms += r.latencies_ms
                 lat[t].ttft_ms += r.ttft_ms
                 lat[t].errors += r.errors
-            for t in TARGETS:
+            for t in targets:
                 before = cpu_seconds(pids[t])
-                before_worker = cpu_seconds(pids["direct"])
+                before_worker = cpu_seconds(worker_pid[t])
                 before_clients = sum(cpu_seconds(c) for c in client_pids)
                 r = run_phase(clients, t, args.throughput_requests, args.throughput_concurrency,
                               args.tokens)
@@ -526,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
                 done = max(1, len(r.latencies_ms))
                 tput[t].append(len(r.latencies_ms) / r.elapsed_s)
                 cpu[t].append(used * 1e6 / done)
-                worker_cpu[t].append((cpu_seconds(pids["direct"]) - before_worker) * 1e6 / done)
+                worker_cpu[t].append((cpu_seconds(worker_pid[t]) - before_worker) * 1e6 / done)
                 client_cpu[t].append(
                     (sum(cpu_seconds(c) for c in client_pids) - before_clients) * 1e6 / done)
                 counts = messages[t]
@@ -559,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "grpcio": grpc.__version__,
     }
-    for t in TARGETS:
+    for t in targets:
         report[f"{t}_p50_ms"] = round(_pct(lat[t].latencies_ms, 0.50), 3)
         report[f"{t}_p99_ms"] = round(_pct(lat[t].latencies_ms, 0.99), 3)
         report[f"{t}_ttft_p50_ms"] = round(_pct(lat[t].ttft_ms, 0.50), 3)
@@ -587,17 +623,27 @@ def main(argv: list[str] | None = None) -> int:
     for t in ("proxy", "gateway"):
         report[f"{t}_capacity_rps"] = round(1e6 / report[f"{t}_cpu_us_per_request"], 1)
     report["gateway_rps_per_core"] = report["gateway_capacity_rps"]  # older name, same figure
+    if MTLS in targets:  # mutual TLS on the gateway → worker hop beside plaintext
+        report["mtls_ratio_p50"] = round(report[f"{MTLS}_p50_ms"] / report["gateway_p50_ms"], 3)
+        report["mtls_ratio_p99"] = round(report[f"{MTLS}_p99_ms"] / report["gateway_p99_ms"], 3)
+        report["mtls_ratio_loaded_p50"] = round(
+            report[f"{MTLS}_loaded_p50_ms"] / report["gateway_loaded_p50_ms"], 3)
+        report["mtls_gateway_cpu_ratio"] = round(
+            report[f"{MTLS}_cpu_us_per_request"] / report["gateway_cpu_us_per_request"], 3)
+        report["mtls_worker_cpu_ratio"] = round(
+            report[f"{MTLS}_worker_cpu_us_per_request"]
+            / report["gateway_worker_cpu_us_per_request"], 3)
     report["ratio_p50_target"] = LATENCY_RATIO_TARGET
     report["gateway_rps_target"] = RPS_TARGET
 
     print(f"gateway bench — worker: {worker_kind}; {args.tokens} tokens/request in "
           f"{report['messages_per_request']:g} messages; event loop {report['event_loop']}; "
           f"{args.clients} client processes; {os.cpu_count()} CPUs")
-    print(f"{'':10}{'p50 ms':>10}{'p99 ms':>10}{'ttft p50':>10}"
+    print(f"{'':13}{'p50 ms':>10}{'p99 ms':>10}{'ttft p50':>10}"
           f"{'rps':>10}{'loaded p50':>12}{'loaded p99':>12}{'cpu us/req':>12}"
           f"{'worker us':>11}{'client us':>11}")
-    for t in TARGETS:
-        print(f"{t:10}{report[f'{t}_p50_ms']:>10.3f}{report[f'{t}_p99_ms']:>10.3f}"
+    for t in targets:
+        print(f"{t:13}{report[f'{t}_p50_ms']:>10.3f}{report[f'{t}_p99_ms']:>10.3f}"
               f"{report[f'{t}_ttft_p50_ms']:>10.3f}{report[f'{t}_rps']:>10.1f}"
               f"{report[f'{t}_loaded_p50_ms']:>12.3f}{report[f'{t}_loaded_p99_ms']:>12.3f}"
               f"{report[f'{t}_cpu_us_per_request']:>12.1f}"
@@ -620,6 +666,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{'met' if ok_rps else 'NOT met'}; gateway capacity "
           f"{report['gateway_capacity_rps']:.0f}: "
           f"{'met' if report['gateway_capacity_rps'] >= RPS_TARGET else 'NOT met'})")
+    if MTLS in targets:
+        print(f"mutual TLS gateway → worker / plaintext: latency p50 {report['mtls_ratio_p50']:.3f}, "
+              f"p99 {report['mtls_ratio_p99']:.3f}, at load p50 "
+              f"{report['mtls_ratio_loaded_p50']:.3f}; CPU per request gateway "
+              f"{report['mtls_gateway_cpu_ratio']:.3f}, worker {report['mtls_worker_cpu_ratio']:.3f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
