@@ -381,3 +381,23 @@ def test_canary_failing_its_golden_set_is_demoted_and_placed_elsewhere() -> None
     answer_all(core, res, T0 + 4)
     assert all(s.kind.value != "load_hot" or s.worker_id != bad
                for s in (i.pending.spec for i in core.round(T0 + 5).issued))
+
+
+def test_an_aborted_canary_is_demoted_wherever_hot_and_not_loaded_again() -> None:
+    core = make_core()
+    setup(core, ev.WorkerSpec("w1"), ev.WorkerSpec("w2"))
+    core.apply(ev.canary(A, 10, T0), T0)
+    first = core.round(T0 + 1)
+    [load] = first.issued
+    hot_on = load.pending.spec.worker_id
+    answer_all(core, first, T0 + 1)
+    core.apply(ev.canary(A, 0, T0 + 2), T0 + 2)  # the abort's CanaryChanged (share 0)
+    core.canary_aborted(A.version_id, T0 + 2)
+    res = core.round(T0 + 3)
+    assert kinds(res) == [("demote", hot_on, A.version_id)]
+    assert res.issued[0].decision.reason == "canary_aborted"
+    assert res.issued[0].decision.policy == "rule:canary_analysis"
+    answer_all(core, res, T0 + 3)
+    for t in (T0 + 4, T0 + 5):  # still a staged canary pointer: no worker may reload it
+        assert all(s.version_id != A.version_id or s.kind.value != "load_hot"
+                   for s in (i.pending.spec for i in core.round(t).issued))
