@@ -9,17 +9,25 @@ object-store GET + sha256 of the same bytes, measured in one run.
    rank is chosen to hit each size (1-100 MB: rank 2-200; the engine runs with
    ``max_lora_rank`` 256), signed with a bench key that the host tier trusts;
 3. starts one vLLM engine and, per size and repetition (alternating the order), measures
-   * **raw**: GET every object of the artifact (one stream each) and sha256 it in memory;
+   * **raw**: GET every object of the artifact (one stream each, the worker's reader:
+     ``readinto`` one reused buffer) and sha256 it in memory, in one thread;
    * **pipeline**: the worker's COLD→HOT load (the three files fetched in parallel, each
-     streamed to the host tier's disk and hashed while it is written; signature +
-     digest + rank verification; atomic placement; ``add_lora``),
+     in one pass: read, hashed in cache, written by a second thread; the signature
+     authenticated as soon as it arrives; digest + rank checks; atomic placement;
+     ``add_lora``),
      then a WARM→HOT load (full re-verification from disk + ``add_lora``) after a
      demotion;
 4. prints a table and writes ``.loraplane/bench/cold.json``: a list with, per size,
    ``size_bytes``, ``pipeline_mb_s``, ``raw_mb_s``, ``ratio`` (target >= 0.7; medians of
    the repetitions), the best-of-N figures (``*_best``: less sensitive to other load on a
-   shared machine) and the breakdown (medians, seconds). MB = 10^6 bytes. The exit status
-   is 1 when a median ratio is below the target.
+   shared machine) and the breakdown (medians, seconds): ``download_s`` (wall) and, inside
+   it, the busy times ``get_s`` / ``hash_s`` / ``write_s`` (summed over the files; they
+   overlap), ``verify_s`` (of which ``place_s``), ``register_s``; MB = 10^6 bytes;
+5. per size, on the raw engine: **registered → slot** (``activation_s``: TTFT of one-token
+   requests whose registered adapter must first be moved into one of the ``max_loras``
+   slots, minus TTFT when it is in a slot already); WARM → registered is ``warm_to_hot_s``
+   (re-verification + ``add_lora``). The exit status is 1 when a size's median ratio is
+   below :data:`TARGET_OF_CEILING` (0.95) × its ceiling (``of_ceiling``).
 
 Small adapters are dominated by vLLM's fixed ``add_lora`` cost (~20 ms for the 112
 LoRA modules of these adapters on a CPU), which the raw baseline does not pay; the
@@ -42,6 +50,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -56,9 +65,14 @@ from loraplane.worker.manager import TIER_COLD, TIER_HOT, TIER_WARM, AdapterMana
 from loraplane.worker.metrics import WorkerMetrics
 from loraplane.worker.store import MinioStore, get_and_hash
 
+if TYPE_CHECKING:
+    from loraplane.worker.vllm_engine import VllmEngine
+
 MB = 1_000_000
 DEFAULT_SIZES_MB = (1, 10, 25, 50, 100)
 TARGET_RATIO = 0.7
+TARGET_OF_CEILING = 0.95
+"""The pipeline must reach this share of ``ratio_ceiling`` at every size (exit status)."""
 BENCH_MODEL = "loraplane/bench-llama"
 BUCKET = "loraplane-artifacts"
 MAX_LORA_RANK = 256
@@ -96,17 +110,38 @@ class SizeResult:
     warm_to_hot_s: float
     warm_verify_s: float
     warm_register_s: float
+    get_s: float = 0.0
+    """Per-stage busy times of the COLD load (medians, seconds; GET, hash and write are
+    summed over the three files and overlap each other, so they add up to more than
+    ``download_s``): waiting for the store, sha256, writing the files."""
+    hash_s: float = 0.0
+    write_s: float = 0.0
+    place_s: float = 0.0
+    """Part of ``verify_s``: meta.json, rename into place, directory fsync."""
+    resident_ttft_s: float = 0.0
+    """Engine level, one-token requests: TTFT when the adapter is in one of the engine's
+    ``max_loras`` slots already (two adapters taking turns on two slots; medians)."""
+    activate_ttft_s: float = 0.0
+    """The same when every request must first move its registered adapter into a slot
+    (three adapters taking turns on two slots: vLLM's slot LRU evicts one each time)."""
+    activation_s: float = 0.0
+    """registered → slot: ``activate_ttft_s - resident_ttft_s`` (what vLLM pays inside the
+    batch to copy a registered adapter into a slot on this engine)."""
     ratio_ceiling: float = 0.0
     """``raw_s / (raw_s + register_s)``: the best ratio any pipeline can reach when it must
     register with the engine after the raw baseline's own GET + sha256 (vLLM's ``add_lora``
     is a fixed cost the baseline does not pay)."""
+    of_ceiling: float = 0.0
+    """``ratio / ratio_ceiling``: how close the pipeline comes to the best any pipeline
+    that registers with the engine can reach (target :data:`TARGET_OF_CEILING`)."""
     status: str = ""
     """``met``, ``missed``, or ``unreachable (ceiling x)`` when the ceiling is below the
     target."""
 
 
 def size_status(ratio: float, ceiling: float, target: float = TARGET_RATIO) -> str:
-    """How a size fares against the target, given what the engine's fixed cost allows."""
+    """How a size fares against the ratio target, given what the engine's fixed cost
+    allows."""
     if ratio >= target:
         return "met"
     if ceiling < target:
@@ -216,7 +251,8 @@ async def measure(
         specs.append((spec, keys_in_s3, size))
         echo.print(f"  adapter {size / MB:6.1f} MB  rank {rank:3d}  uploaded")
 
-    options = EngineOptions(max_loras=2, max_cpu_loras=3, max_lora_rank=MAX_LORA_RANK,
+    # 4 registrations: the zero adapter + 3 for the slot measurement (2 slots)
+    options = EngineOptions(max_loras=2, max_cpu_loras=4, max_lora_rank=MAX_LORA_RANK,
                             served_model_name=BENCH_MODEL, max_model_len=256)
     echo.print("  starting the engine ...")
     engine = await VllmEngine.start(model_dir, options)
@@ -266,11 +302,21 @@ async def measure(
                 raw_s=round(raw_med, 4), **{k: round(v, 4) for k, v in med.items()},
             )
             result.ratio_ceiling = round(raw_med / (raw_med + med["register_s"]), 3)
+            result.of_ceiling = round(result.ratio / result.ratio_ceiling, 3)
             result.status = size_status(result.ratio, result.ratio_ceiling)
             results.append(result)
             echo.print(f"  {size / MB:6.1f} MB: pipeline {pipe_mb_s:7.1f} MB/s, raw "
                        f"{raw_mb_s:7.1f} MB/s, ratio {result.ratio:.2f} (best of {repeats}: "
                        f"{result.ratio_best:.2f})")
+        for (spec, _, _), result in zip(specs, results, strict=True):
+            adir = root / "adapters" / f"r{spec.rank}"
+            act = await _activation(engine, adir, spec.rank, 7000 + 10 * spec.engine_id,
+                                    rounds=max(3, repeats))
+            result.resident_ttft_s, result.activate_ttft_s = act
+            result.activation_s = round(max(0.0, act[1] - act[0]), 4)
+            echo.print(f"  {result.size_bytes / MB:6.1f} MB: registered → slot "
+                       f"{result.activation_s * 1000:.1f} ms (TTFT {act[0] * 1000:.1f} ms in "
+                       f"a slot, {act[1] * 1000:.1f} ms moved in)")
     finally:
         await engine.close()
         del engine, safe
@@ -301,25 +347,104 @@ async def _pipeline(manager: AdapterManager, spec: ArtifactSpec) -> dict[str, fl
     return {
         "pipeline_s": total, "list_s": cold.fetch.list_s, "download_s": cold.fetch.download_s,
         "verify_s": cold.fetch.verify_s, "register_s": cold.register_s,
+        "get_s": cold.fetch.get_s, "hash_s": cold.fetch.hash_s, "write_s": cold.fetch.write_s,
+        "place_s": cold.fetch.place_s,
         "warm_to_hot_s": warm.duration_s, "warm_verify_s": warm.verify_s,
         "warm_register_s": warm.register_s,
     }
 
 
+async def _activation(engine: VllmEngine, adapter_dir: Path, rank: int, base_id: int, *,
+                      rounds: int) -> tuple[float, float]:
+    """``(resident TTFT, activate TTFT)`` medians in seconds on the raw engine: three
+    registrations of the adapter (ids ``base_id``..+2) over the engine's two slots; two of
+    them taking turns stay in the slots, all three taking turns move one in per request.
+    Blocks of both alternate ``rounds`` times."""
+    from loraplane.worker.engine import EngineRequest, Sampling
+
+    adapters = [EngineAdapter(base_id + k, f"bench/slot-{base_id + k}", adapter_dir, rank)
+                for k in range(3)]
+    sampling = Sampling(max_tokens=1, temperature=0.0)
+    counter = [0]
+
+    async def ttft(adapter: EngineAdapter) -> float:
+        counter[0] += 1
+        t0 = time.perf_counter()
+        first = 0.0
+        async for _chunk in engine.generate(EngineRequest(
+                f"slot-{base_id}-{counter[0]}", "the adapter", sampling, adapter)):
+            if not first:
+                first = time.perf_counter() - t0
+        return first
+
+    for a in adapters:
+        await engine.register(a)
+    resident: list[float] = []
+    moved: list[float] = []
+    try:
+        for a in adapters:  # warm-up: every one used once
+            await ttft(a)
+        for _ in range(rounds):
+            await ttft(adapters[0])
+            await ttft(adapters[1])  # slots now hold 0 and 1
+            for _ in range(3):
+                resident.append(await ttft(adapters[0]))
+                resident.append(await ttft(adapters[1]))
+            for _ in range(2):
+                for a in (adapters[2], adapters[0], adapters[1]):  # each evicts the LRU
+                    moved.append(await ttft(a))
+    finally:
+        for a in adapters:
+            await engine.unregister(a.engine_id)
+    return round(statistics.median(resident), 4), round(statistics.median(moved), 4)
+
+
 def table(results: list[SizeResult]) -> Table:
-    """The results as a rich table."""
+    """The throughput figures as a rich table."""
     t = Table(title="cold path: object store -> verified -> registered (medians)")
-    for col in ("MB", "rank", "raw MB/s", "pipe MB/s", "ratio", "best", "ceiling", "I/O ratio",
-                "COLD→HOT ms", "GET ms", "verify ms", "register ms", "WARM→HOT ms"):
+    for col in ("MB", "rank", "raw MB/s", "pipe MB/s", "ratio", "best", "ceiling",
+                "of ceiling", "I/O ratio", "status"):
         t.add_column(col, justify="right")
     for r in results:
         t.add_row(
-            f"{r.size_bytes / MB:.1f}", str(r.rank), f"{r.raw_mb_s:.0f}", f"{r.pipeline_mb_s:.0f}",
-            f"{r.ratio:.2f}", f"{r.ratio_best:.2f}", f"{r.ratio_ceiling:.2f}",
-            f"{r.fetch_verify_ratio:.2f}",
-            f"{r.pipeline_s * 1000:.0f}", f"{r.download_s * 1000:.0f}",
-            f"{r.verify_s * 1000:.0f}", f"{r.register_s * 1000:.0f}",
-            f"{r.warm_to_hot_s * 1000:.0f}",
+            f"{r.size_bytes / MB:.1f}", str(r.rank), f"{r.raw_mb_s:.0f}",
+            f"{r.pipeline_mb_s:.0f}", f"{r.ratio:.2f}", f"{r.ratio_best:.2f}",
+            f"{r.ratio_ceiling:.2f}", f"{r.of_ceiling:.2f}", f"{r.fetch_verify_ratio:.2f}",
+            r.status,
+        )
+    return t
+
+
+def stage_table(results: list[SizeResult]) -> Table:
+    """Where a COLD load's time goes (medians, ms). GET / hash / write are busy times
+    summed over the three files and overlap inside ``download``."""
+    t = Table(title="COLD -> HOT per stage (medians, ms; GET, hash, write overlap inside "
+              "download)")
+    for col in ("MB", "raw GET+sha256", "COLD→HOT", "download", "GET", "hash", "write",
+                "verify", "place", "register"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(
+            f"{r.size_bytes / MB:.1f}", f"{r.raw_s * 1000:.1f}", f"{r.pipeline_s * 1000:.1f}",
+            f"{r.download_s * 1000:.1f}", f"{r.get_s * 1000:.1f}", f"{r.hash_s * 1000:.1f}",
+            f"{r.write_s * 1000:.1f}", f"{(r.verify_s - r.place_s) * 1000:.1f}",
+            f"{r.place_s * 1000:.1f}", f"{r.register_s * 1000:.1f}",
+        )
+    return t
+
+
+def engine_table(results: list[SizeResult]) -> Table:
+    """The engine's two levels: WARM → registered and registered → slot."""
+    t = Table(title="engine levels: WARM -> registered (add_lora) -> slot (activation), medians")
+    for col in ("MB", "rank", "WARM→registered ms", "re-verify ms", "add_lora ms",
+                "registered→slot ms", "TTFT in slot ms", "TTFT moved in ms"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(
+            f"{r.size_bytes / MB:.1f}", str(r.rank), f"{r.warm_to_hot_s * 1000:.1f}",
+            f"{r.warm_verify_s * 1000:.1f}", f"{r.warm_register_s * 1000:.1f}",
+            f"{r.activation_s * 1000:.1f}", f"{r.resident_ttft_s * 1000:.1f}",
+            f"{r.activate_ttft_s * 1000:.1f}",
         )
     return t
 
@@ -343,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="port block of the private SeaweedFS (default %(default)s)")
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.sizes_mb.split(",") if x.strip()]
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 140)
     root = Path(args.work_dir)
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
@@ -355,13 +480,15 @@ def main(argv: list[str] | None = None) -> int:
         results = asyncio.run(measure(sizes, args.repeats, root, s3, console,
                                       verbose=args.verbose))
     console.print(table(results))
+    console.print(stage_table(results))
+    console.print(engine_table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     console.print(f"wrote {args.out}")
-    below = [r for r in results if r.ratio < TARGET_RATIO]
+    below = [r for r in results if r.of_ceiling < TARGET_OF_CEILING]
     for r in below:
-        console.print(f"[yellow]{r.size_bytes / MB:.1f} MB: ratio {r.ratio:.2f} < "
-                      f"{TARGET_RATIO}: {r.status}[/yellow]")
+        console.print(f"[yellow]{r.size_bytes / MB:.1f} MB: pipeline at {r.of_ceiling:.2f} "
+                      f"of the ceiling {r.ratio_ceiling:.2f} < {TARGET_OF_CEILING}[/yellow]")
     return 0 if not below else 1
 
 

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -44,8 +45,8 @@ from loraplane.worker.errors import (
     SourceNotAllowed,
 )
 from loraplane.worker.lora_files import read_rank
-from loraplane.worker.store import ObjectStore, download, list_objects
-from loraplane.worker.verify import verify_streamed
+from loraplane.worker.store import ObjectStore, Streamed, download, list_objects
+from loraplane.worker.verify import check_streamed, signed_digests
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,19 @@ class FetchTiming:
 
     list_s: float = 0.0
     download_s: float = 0.0
+    """Wall time of the parallel downloads (GET, hash and write overlapped)."""
     verify_s: float = 0.0
+    """Signature, digests, rank and placement after the last byte arrived."""
     bytes_read: int = 0
+    get_s: float = 0.0
+    """Time the readers waited for the store (summed over the files)."""
+    hash_s: float = 0.0
+    """Time in sha256 (summed over the files; overlapped with the GET)."""
+    write_s: float = 0.0
+    """Time writing the files (summed over the files; overlapped with the GET)."""
+    place_s: float = 0.0
+    """Part of ``verify_s`` spent placing the entry (meta.json and the rename; the
+    directory's fsync follows in the background)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +173,7 @@ class HostTier:
         self.clock = clock
         self._entries: dict[int, HostEntry] = {}
         self._reserved: dict[str, int] = {}
+        self._dir_sync = _DirSync(self.root)
         for sub in (".incoming", ".trash"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
@@ -240,10 +253,12 @@ class HostTier:
         incoming = self.root / ".incoming" / token
         try:
             t1 = time.perf_counter()
-            digests, read = await self._download(location.bucket, location.key, rel_paths,
-                                                 incoming / FILES_DIR, budget, spec.size_bytes)
+            digests, read, streamed, signed = await self._download(
+                location.bucket, location.key, rel_paths, incoming / FILES_DIR, budget,
+                spec.size_bytes)
             t2 = time.perf_counter()
-            entry = await asyncio.to_thread(self._verify_and_place, spec, incoming, digests)
+            entry, place_s = await asyncio.to_thread(self._verify_and_place, spec, incoming,
+                                                     digests, signed)
             t3 = time.perf_counter()
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, incoming, True)
@@ -251,7 +266,10 @@ class HostTier:
         finally:
             self._reserved.pop(token, None)
         self._entries[spec.engine_id] = entry
-        return entry, FetchTiming(list_s, t2 - t1, t3 - t2, read)
+        return entry, FetchTiming(
+            list_s, t2 - t1, t3 - t2, read, get_s=sum(x.get_s for x in streamed),
+            hash_s=sum(x.hash_s for x in streamed), write_s=sum(x.write_s for x in streamed),
+            place_s=place_s)
 
     def _relative_paths(self, spec: ArtifactSpec, root_key: str, keys: list[str]) -> list[str]:
         if not keys:
@@ -272,11 +290,15 @@ class HostTier:
     async def _download(
         self, bucket: str, root_key: str, rel_paths: list[str], dest: Path, budget: int,
         declared: int,
-    ) -> tuple[dict[str, str], int]:
-        """Fetch every file in parallel; ``({rel path: sha256}, bytes)``.
+    ) -> tuple[dict[str, str], int, list[Streamed], dict[str, str] | SignatureError]:
+        """Fetch every file in parallel; ``({rel path: sha256}, bytes, per file, signed)``.
 
-        ``declared`` > 0 caps the adapter files at that many bytes and the signature at
-        :data:`SIGNATURE_ALLOWANCE`; a larger object is cut off (:class:`DownloadFailed`).
+        The signature bundle is authenticated as soon as it has arrived, while the other
+        files still stream: ``signed`` is its ``{path: sha256}`` or the
+        :class:`SignatureError` it failed with (judged after the downloads, so a download
+        failure is reported first). ``declared`` > 0 caps the adapter files at that many
+        bytes and the signature at :data:`SIGNATURE_ALLOWANCE`; a larger object is cut
+        off (:class:`DownloadFailed`).
         """
         await asyncio.to_thread(dest.mkdir, parents=True)
         for rel in rel_paths:
@@ -287,27 +309,37 @@ class HostTier:
                 return budget
             return SIGNATURE_ALLOWANCE if rel == SIGNATURE_FILENAME else declared
 
+        signed: list[dict[str, str] | SignatureError] = []
+
+        def fetch_one(rel: str) -> Streamed:
+            streamed = download(self.store, bucket, root_key + rel, dest / rel,
+                                max_bytes=cap(rel))
+            if rel == SIGNATURE_FILENAME:
+                try:
+                    signed.append(signed_digests(dest / rel, self.trusted_keys))
+                except SignatureError as exc:
+                    signed.append(exc)
+            return streamed
+
         results = await asyncio.gather(
-            *(asyncio.to_thread(download, self.store, bucket, root_key + rel, dest / rel,
-                                max_bytes=cap(rel)) for rel in rel_paths),
-            return_exceptions=True,
+            *(asyncio.to_thread(fetch_one, rel) for rel in rel_paths), return_exceptions=True,
         )
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-        sizes = {rel: r[0] for rel, r in zip(rel_paths, results, strict=True)
-                 if not isinstance(r, BaseException)}
+        streamed = [r for r in results if not isinstance(r, BaseException)]
+        sizes = {rel: r.size for rel, r in zip(rel_paths, streamed, strict=True)}
         total = sum(sizes.values())
         content = total - sizes.get(SIGNATURE_FILENAME, 0)
         if total > budget or (declared > 0 and content > declared):
             raise DownloadFailed(
                 f"{root_key}: {content} bytes of adapter files exceed the declared {declared}"
             )
-        digests = {
-            rel: r[1] for rel, r in zip(rel_paths, results, strict=True)
-            if not isinstance(r, BaseException) and rel != SIGNATURE_FILENAME
-        }
-        return digests, total
+        digests = {rel: r.sha256 for rel, r in zip(rel_paths, streamed, strict=True)
+                   if rel != SIGNATURE_FILENAME}
+        if not signed:
+            raise DigestMismatch(f"{root_key}: no {SIGNATURE_FILENAME}")
+        return digests, total, streamed, signed[0]
 
     def _check_digest(self, spec: ArtifactSpec, files_dir: Path, manifest_digest: str) -> int:
         """Manifest digest = admitted sha256, rank within the engine's max; returns rank."""
@@ -336,14 +368,18 @@ class HostTier:
         return self._check_digest(spec, files_dir, verified.manifest_digest)
 
     def _verify_and_place(
-        self, spec: ArtifactSpec, incoming: Path, digests: dict[str, str]
-    ) -> HostEntry:
+        self, spec: ArtifactSpec, incoming: Path, digests: dict[str, str],
+        signed: dict[str, str] | SignatureError,
+    ) -> tuple[HostEntry, float]:
         files_dir = incoming / FILES_DIR
         try:
-            digest = verify_streamed(files_dir / SIGNATURE_FILENAME, digests, self.trusted_keys)
+            if isinstance(signed, SignatureError):
+                raise signed
+            digest = check_streamed(signed, digests)
         except SignatureError as exc:
             raise DigestMismatch(f"{spec.name}: {exc}") from exc
         rank = self._check_digest(spec, files_dir, digest)
+        t0 = time.perf_counter()
         now = self.clock()
         size = _tree_size(files_dir)
         meta = {"spec": asdict(spec), "rank": rank, "size_bytes": size,
@@ -353,8 +389,9 @@ class HostTier:
         if final.exists():  # leftover of an entry we do not hold: replace it
             self._trash(final)
         os.rename(incoming, final)
-        _fsync_dir(self.root)
-        return HostEntry(spec=spec, dir=final, size_bytes=size, rank=rank, verified_at=now)
+        self._dir_sync.request()  # the rename's durability, off the load's path
+        entry = HostEntry(spec=spec, dir=final, size_bytes=size, rank=rank, verified_at=now)
+        return entry, time.perf_counter() - t0
 
     # ------------------------------------------------------------------ verify / evict
 
@@ -422,6 +459,39 @@ class HostTier:
 
 def _tree_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+class _DirSync:
+    """fsyncs a directory in a background thread after its entries changed, coalescing
+    requests: a placement's rename is made durable without the load waiting for it (a
+    rename lost to a crash only costs a download again; every entry is re-verified on
+    restart in any case)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._wanted = False
+        self._running = False
+
+    def request(self) -> None:
+        with self._lock:
+            self._wanted = True
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="lp-host-dirsync", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._wanted:
+                    self._running = False
+                    return
+                self._wanted = False
+            try:
+                _fsync_dir(self.path)
+            except OSError as exc:  # the directory is gone (tests) or the disk failed
+                log.warning("host tier: fsync of %s failed: %s", self.path, exc)
 
 
 def _fsync_dir(path: Path) -> None:

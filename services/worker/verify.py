@@ -5,8 +5,9 @@ which is what the worker does before registering a WARM version (files on disk m
 changed) and after a restart. On the COLD path the worker has just written the files
 and hashed the very bytes it wrote (:meth:`~loraplane.worker.store.ObjectStore.download`
 returns the sha256), so a second pass over up to 100 MB is wasted: here the signature
-bundle is authenticated against the trusted keys and the signed per-file digests are
-compared with the streamed ones. The checks and the error classes are the ones of
+bundle is authenticated against the trusted keys (:func:`signed_digests`, which the host
+tier runs as soon as the small bundle has arrived, while the weights still stream) and the
+signed per-file digests are compared with the streamed ones (:func:`check_streamed`). The checks and the error classes are the ones of
 ``verify_directory`` (same model-signing building blocks, pinned with the package).
 """
 
@@ -77,7 +78,13 @@ def verify_streamed(
     Raises ``DigestMismatch`` / ``MissingFile`` / ``UnsignedFile`` (all
     :class:`~loraplane.shared.signing.SignatureError`) naming every file that differs.
     """
-    expected = signed_digests(signature_path, public_keys)
+    return check_streamed(signed_digests(signature_path, public_keys), streamed)
+
+
+def check_streamed(expected: Mapping[str, str], streamed: Mapping[str, str]) -> str:
+    """Compare streamed ``{path: sha256}`` with the authenticated ``expected`` digests (from
+    :func:`signed_digests`); return the manifest digest. Raises as :func:`verify_streamed`.
+    """
     problems: list[SignatureProblem] = []
     for name in sorted(expected.keys() - streamed.keys()):
         problems.append(SignatureProblem(MissingFile.code, "signed file is missing", name))

@@ -36,10 +36,10 @@ def test_download_writes_and_hashes_every_byte(
     key = f"tests/{unique}/blob-{size}"
     _put(stack, key, data)
     dest = tmp_path / "blob"
-    written, digest = download(store, bucket, key, dest)
-    assert written == size and dest.read_bytes() == data
-    assert digest == hashlib.sha256(data).hexdigest()
-    assert get_and_hash(store, bucket, [key]) == (size, [digest])
+    streamed = download(store, bucket, key, dest)
+    assert streamed.size == size and dest.read_bytes() == data
+    assert streamed.sha256 == hashlib.sha256(data).hexdigest()
+    assert get_and_hash(store, bucket, [key]) == (size, [streamed.sha256])
 
 
 def test_object_over_the_cap_is_cut_off(

@@ -193,3 +193,55 @@ async def test_object_larger_than_declared_is_cut_off(
     small = dataclasses.replace(spec, size_bytes=100)
     with pytest.raises(DownloadFailed, match="larger than"):
         await host_factory().fetch(small)
+
+
+async def test_garbage_signature_bundle_is_refused_and_nothing_stays(
+    make_adapter: MakeAdapter, host_factory: HostFactory, store: DirStore
+) -> None:
+    spec = make_adapter()
+    key = spec.artifact_uri.removeprefix(f"s3://{BUCKET}/") + "model.sig"
+    store.path(BUCKET, key).write_bytes(b'{"not": "a bundle"}')
+    host = host_factory()
+    with pytest.raises(DigestMismatch, match="unreadable bundle|not signed"):
+        await host.fetch(spec)
+    assert host.entries() == [] and _leftovers(host) == []
+    assert [p.name for p in host.root.iterdir() if not p.name.startswith(".")] == []
+
+
+async def test_a_download_failure_is_reported_before_a_bad_signature(
+    make_adapter: MakeAdapter, host_factory: HostFactory, store: DirStore
+) -> None:
+    spec = make_adapter()
+    prefix = spec.artifact_uri.removeprefix(f"s3://{BUCKET}/")
+    store.path(BUCKET, prefix + "model.sig").write_bytes(b"garbage")
+    store.path(BUCKET, prefix + "adapter_config.json").unlink()
+    host = host_factory()
+    with pytest.raises(DownloadFailed, match="adapter_config.json"):
+        await host.fetch(spec)
+    assert _leftovers(host) == []
+
+
+def test_directory_sync_runs_after_every_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from loraplane.worker import host_tier
+
+    synced: list[int] = []
+    done = threading.Event()
+    requested = [0]
+
+    def fake_fsync(path: Path) -> None:
+        assert path == tmp_path
+        synced.append(requested[0])  # how many requests this fsync covers
+        if requested[0] == 3:
+            done.set()
+
+    monkeypatch.setattr(host_tier, "_fsync_dir", fake_fsync)
+    sync = host_tier._DirSync(tmp_path)
+    for _ in range(3):
+        requested[0] += 1
+        sync.request()
+    assert done.wait(30), f"no fsync covered the last request: {synced}"
+    assert synced == sorted(synced) and 1 <= len(synced) <= 3
