@@ -46,7 +46,12 @@ from loraplane.gateway.workers import WorkerPool
 from loraplane.shared import topics
 from loraplane.shared.grpcutil import GrpcServer
 from loraplane.shared.metrics import start_metrics_server
-from loraplane.shared.tls import CACHE_MANAGER, REGISTRY_ID, secure_or_insecure_aio_channel
+from loraplane.shared.tls import (
+    CACHE_MANAGER,
+    REGISTRY_ID,
+    edge_server_credentials,
+    secure_or_insecure_aio_channel,
+)
 from loraplane.v1.events_pb2 import TenantEvent
 
 log = logging.getLogger(__name__)
@@ -218,12 +223,16 @@ class GatewayApp:
         self._tasks.flusher = asyncio.create_task(
             run_flusher(g.heat, g.prewarm, interval_s=s.heat_flush_interval_s)
         )
-        self.grpc = build_grpc_server(g, port=s.grpc_port, host=s.bind_host)
+        edge = (edge_server_credentials(s.edge_tls_cert_file, s.edge_tls_key_file)
+                if s.edge_tls_cert_file else None)
+        self.grpc = build_grpc_server(g, port=s.grpc_port, host=s.bind_host, credentials=edge)
         await self.grpc.start()
         if s.http_port:
             config = uvicorn.Config(
                 create_app(g), host=s.bind_host, port=s.http_port, log_level="warning",
                 lifespan="off", access_log=False,
+                # edge TLS: the same certificate as the gRPC listener (HTTPS)
+                ssl_certfile=s.edge_tls_cert_file or None, ssl_keyfile=s.edge_tls_key_file or None,
             )
             self.http = _Uvicorn(config)
             self._tasks.http = asyncio.create_task(self.http.serve())

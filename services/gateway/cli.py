@@ -1,8 +1,9 @@
 """``loraplane generate``: a tenant's call through the gateway (gRPC), streamed to stdout.
 
 Connection and credentials come from the environment (``set -a; . .loraplane/demo.env``):
-``LORAPLANE_GATEWAY_GRPC`` (host:port) and ``LORAPLANE_API_KEY`` (else
-``LORAPLANE_DEMO_API_KEY``). The resolution (version, tier, worker, canary, degraded)
+``LORAPLANE_GATEWAY_GRPC`` (host:port), ``LORAPLANE_API_KEY`` (else
+``LORAPLANE_DEMO_API_KEY``) and, when the gateway serves TLS, ``LORAPLANE_GATEWAY_CA_FILE``
+(the CA bundle to trust: the stack's dev CA). The resolution (version, tier, worker, canary, degraded)
 is printed to stderr, the generated text to stdout: with ``--n`` > 1 each choice on its
 own line as ``[index] text``; with ``--logprobs K`` every token's log probability and its
 top K alternatives go to stderr.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import grpc
 import typer
@@ -95,7 +97,14 @@ def generate(
     metadata = [("authorization", f"Bearer {_api_key(api_key)}")]
     if request_id:
         metadata.append((REQUEST_ID_METADATA, request_id))
-    with grpc.insecure_channel(gateway) as channel:
+    ca_file = os.environ.get("LORAPLANE_GATEWAY_CA_FILE", "")
+    try:
+        channel = (grpc.secure_channel(gateway, grpc.ssl_channel_credentials(
+            Path(ca_file).read_bytes())) if ca_file else grpc.insecure_channel(gateway))
+    except OSError as exc:
+        typer.echo(f"error: LORAPLANE_GATEWAY_CA_FILE={ca_file}: {exc.strerror}", err=True)
+        raise typer.Exit(2) from None
+    with channel:
         stub = inference_pb2_grpc.InferenceStub(channel)
         try:
             for msg in stub.Generate(req, metadata=metadata, timeout=timeout_s):

@@ -84,8 +84,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
             yield msg
 
 
-def build_grpc_server(gateway: Gateway, *, port: int, host: str = "127.0.0.1") -> GrpcServer:
-    """The public gRPC server (not started): Inference + health + reflection."""
+def build_grpc_server(gateway: Gateway, *, port: int, host: str = "127.0.0.1",
+                      credentials: grpc.ServerCredentials | None = None) -> GrpcServer:
+    """The public gRPC server (not started): Inference + health + reflection; TLS with
+    ``credentials`` (``shared.tls.edge_server_credentials``), else plaintext."""
     return build_server(
         [
             Service(
@@ -97,4 +99,5 @@ def build_grpc_server(gateway: Gateway, *, port: int, host: str = "127.0.0.1") -
         port=port,
         host=host,
         options=SERVER_OPTIONS,
+        credentials=credentials,
     )

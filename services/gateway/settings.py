@@ -46,6 +46,12 @@ class GatewaySettings(CommonSettings):
     """Port of ``/metrics`` (0 = disabled)."""
     bind_host: str = "127.0.0.1"
     """Interface the public APIs bind to."""
+    edge_tls_cert_file: str = ""
+    """``LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE``: certificate (chain, PEM) of the public gRPC
+    and HTTP listeners (TLS at the edge; tenants still authenticate with API keys, no
+    client certificate). Empty with the key: plaintext."""
+    edge_tls_key_file: str = ""
+    """``LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE``: its private key (PEM; never logged)."""
     uvloop: bool = True
     """Run the event loop on uvloop (6-16 % less gateway CPU per request in bench-gateway)."""
 
@@ -147,6 +153,9 @@ class GatewaySettings(CommonSettings):
             self.cache_manager_addr = f"127.0.0.1:{self.cache_manager_grpc_port}"
         if self.budgets_file is not None:
             self.budgets = load_budget_config(self.budgets_file)
+        if bool(self.edge_tls_cert_file) != bool(self.edge_tls_key_file):
+            raise ValueError("edge TLS needs both LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE and "
+                             "LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE (or neither)")
         return self
 
     @property

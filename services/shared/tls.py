@@ -410,3 +410,20 @@ def tls_fields(env: Mapping[str, str]) -> dict[str, str]:
     """The TLS settings fields held in an environment mapping (a stack's service env,
     demo.env): ``Settings(**other, **tls_fields(env))``."""
     return {field: env.get(var, "") for field, var in TLS_ENV.items()}
+
+
+def edge_server_credentials(cert_file: str, key_file: str) -> grpc.ServerCredentials:
+    """TLS for a public listener (the gateway's): present this certificate, ask for no
+    client certificate (tenants authenticate with API keys). Raises
+    :class:`TlsConfigError` naming an unreadable file or a key that is not the
+    certificate's."""
+    try:
+        cert, key = Path(cert_file).read_bytes(), Path(key_file).read_bytes()
+    except OSError as exc:
+        raise TlsConfigError(f"cannot read edge TLS file {exc.filename}: {exc.strerror}"
+                             ) from None
+    try:
+        _check_pair(cert, key)
+    except ValueError as exc:
+        raise TlsConfigError(f"edge TLS {cert_file} / {key_file}: {exc}") from None
+    return grpc.ssl_server_credentials([(key, cert)])

@@ -91,6 +91,12 @@ class StackSettings(BaseSettings):
     writes a dev CA and one certificate per service under ``<data dir>/pki`` and points
     each service's ``LORAPLANE_TLS_*`` at its own; demo.env carries the operator's.
     ``LORAPLANE_STACK_TLS=false``: plaintext, as compose without certificates."""
+    edge_tls: bool = False
+    """TLS at the edge too: the gateway serves its public gRPC and HTTP ports with its dev
+    certificate, and demo.env says ``https://`` and names the CA
+    (``LORAPLANE_GATEWAY_CA_FILE``, which ``loraplane generate`` trusts; ``curl --cacert``).
+    Off by default: ``make stress``, ``make bench-isolation`` and the examples speak
+    plaintext to the gateway. ``LORAPLANE_STACK_EDGE_TLS=true`` turns it on (needs ``tls``)."""
 
     demo_env_file: Path | None = None
     """Where ``make run`` writes the demo environment; default ``.loraplane/demo.env``."""

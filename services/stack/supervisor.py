@@ -109,6 +109,9 @@ def replica_env(s: StackSettings, spec: ServiceSpec, replica: int) -> dict[str, 
     env = spec.env(s, replica)
     if s.tls:  # each service presents its own identity (every worker replica: worker)
         env.update(tls_env(s, spec.name))
+    if s.tls and s.edge_tls and spec.name == "gateway":  # its public ports too
+        env["LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE"] = str(pki_dir(s) / "gateway.pem")
+        env["LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE"] = str(pki_dir(s) / "gateway.key")
     if spec.name == "worker":
         env["LORAPLANE_WORKER_ID"] = f"worker-{replica}"
         # vLLM-CPU's default ("auto") binds every engine's threads to the same first core,
@@ -319,10 +322,14 @@ class Supervisor:
         s = self.s
         gateway = next(svc for svc in SERVICES if svc.name == "gateway").ports(s)
         values = dict(self.env)
+        edge = s.tls and s.edge_tls
         values.update({
             "LORAPLANE_GATEWAY_GRPC": f"127.0.0.1:{gateway['GRPC_PORT']}",
-            "LORAPLANE_GATEWAY_HTTP": f"http://127.0.0.1:{gateway['HTTP_PORT']}",
+            "LORAPLANE_GATEWAY_HTTP":
+                f"{'https' if edge else 'http'}://127.0.0.1:{gateway['HTTP_PORT']}",
         })
+        if edge:  # what a tenant's client trusts (loraplane generate; curl --cacert)
+            values["LORAPLANE_GATEWAY_CA_FILE"] = str(pki_dir(s) / "ca.pem")
         values.update(seeded)
         return values
 

@@ -293,3 +293,34 @@ async def test_rotation_without_restart_and_the_expiry_gauge(tmp_path: Path) -> 
         assert await _call(s.port, tls(second[GATEWAY])) == grpc.StatusCode.OK
     finally:
         await server.stop(0)  # type: ignore[attr-defined]
+
+
+def test_the_stack_gives_each_service_its_own_identity(tmp_path: Path) -> None:
+    from loraplane.stack.services import SERVICES
+    from loraplane.stack.settings import StackSettings
+    from loraplane.stack.supervisor import Supervisor, replica_env, service_env
+
+    s = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack")
+    shared = service_env(s)  # what the CLI, the seed and demo.env get: the operator
+    assert shared["LORAPLANE_TLS_CERT_FILE"].endswith("/pki/operator.pem")
+    for spec in SERVICES:
+        for replica in range(spec.replicas(s)):
+            env = replica_env(s, spec, replica)
+            assert env["LORAPLANE_TLS_CERT_FILE"] == str(s.root / "pki" / f"{spec.name}.pem")
+            assert env["LORAPLANE_TLS_KEY_FILE"] == str(s.root / "pki" / f"{spec.name}.key")
+            assert "LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE" not in env
+    assert Supervisor(s).demo_env({})["LORAPLANE_GATEWAY_HTTP"].startswith("http://")
+
+    edge = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack",
+                         edge_tls=True)
+    gateway = next(spec for spec in SERVICES if spec.name == "gateway")
+    assert replica_env(edge, gateway, 0)["LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE"] == str(
+        edge.root / "pki" / "gateway.pem")
+    demo = Supervisor(edge).demo_env({})
+    assert demo["LORAPLANE_GATEWAY_HTTP"].startswith("https://")
+    assert demo["LORAPLANE_GATEWAY_CA_FILE"] == str(edge.root / "pki" / "ca.pem")
+
+    off = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack", tls=False)
+    assert not any(k.startswith("LORAPLANE_TLS_") for k in service_env(off))
+    assert not any(k.startswith("LORAPLANE_TLS_")
+                   for spec in SERVICES for k in replica_env(off, spec, 0))
