@@ -78,13 +78,21 @@ class Projection:
 
     view: WorkerView
     slots: dict[str, Slot] = field(default_factory=dict)
+    _hot: dict[str, int] | None = None
+    """HOT versions per base model, counted once and kept until :meth:`apply` changes
+    ``slots`` (a round asks for it per candidate host and requirement)."""
 
     def hot_count(self, base_model: str, versions: dict[str, VersionRecord]) -> int:
         """HOT versions of ``base_model`` here."""
-        return sum(
-            1 for v, s in self.slots.items()
-            if s.tier is Tier.HOT and _bm(versions, v, self.view) == base_model
-        )
+        hot = self._hot
+        if hot is None:
+            hot = {}
+            for v, s in self.slots.items():
+                if s.tier is Tier.HOT:
+                    bm = _bm(versions, v, self.view)
+                    hot[bm] = hot.get(bm, 0) + 1
+            self._hot = hot
+        return hot.get(base_model, 0)
 
     def pinned_count(self, base_model: str, versions: dict[str, VersionRecord]) -> int:
         """Pinned versions of ``base_model`` here."""
@@ -99,6 +107,7 @@ class Projection:
 
     def apply(self, kind: CommandKind, vid: str, pin: bool = False) -> None:
         """Apply the expected effect of a command."""
+        self._hot = None
         s = self.slots.get(vid)
         if kind is CommandKind.LOAD_HOT:
             if s is None:
@@ -544,8 +553,14 @@ class Planner:
             if missing <= 0:
                 continue
             displace = req.reason != Reason.DEMAND
-            candidates = self._hosts(rec, versions, proj, holders, req.target_worker,
-                                     tracker, now)
+            bm = rec.ref.base_model
+            if not displace and not any(
+                    pr.view.serves(bm) and pr.view.capacities[bm].slots
+                    > pr.hot_count(bm, versions) for pr in proj.values()):
+                candidates = []  # demand takes free slots only, and none is free anywhere
+            else:
+                candidates = self._hosts(rec, versions, proj, holders, req.target_worker,
+                                         tracker, now)
             for wid in candidates:
                 if missing <= 0:
                     break
