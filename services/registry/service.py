@@ -754,6 +754,12 @@ async def _load_release(
                     bool(ptr["canary_paused"]) if ptr else False)
 
 
+def _paused_after(rel: _Release, new: Pointers) -> bool:
+    """``canary_paused`` after a pointer change: kept while the canary stays the same
+    version (the UPDATE in :func:`_apply_plan` resets it otherwise)."""
+    return rel.paused and new.canary == rel.pointers.canary
+
+
 def _statuses(rel: _Release) -> dict[str, Status]:
     return {v: Status(r["status"]) for v, r in rel.rows.items()}
 
@@ -848,7 +854,8 @@ async def promote(
     subject = f"{tenant_id}/{adapter_name}"
     plan = plan_promote(rel.pointers, version, _statuses(rel), subject)
     if not plan.changed:
-        return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at)
+        return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at,
+                          rel.paused)
     updated = await _apply_plan(conn, ctx, rel, plan, tenant_id=tenant_id, name=adapter_name,
                                 action="release.promote", reason=reason)
     row = rel.rows[version]
@@ -859,7 +866,8 @@ async def promote(
         engine_id=row["engine_id"],
     ))
     await _emit(conn, ctx, event, row)
-    return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated)
+    return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated,
+                      _paused_after(rel, plan.pointers))
 
 
 async def set_canary(
@@ -877,11 +885,13 @@ async def set_canary(
     plan = plan_canary(rel.pointers, version, percent, _statuses(rel),
                        f"{tenant_id}/{adapter_name}")
     if not plan.changed:
-        return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at)
+        return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at,
+                          rel.paused)
     updated = await _apply_plan(conn, ctx, rel, plan, tenant_id=tenant_id, name=adapter_name,
                                 action="release.canary", reason=reason)
     await _emit_canary(conn, ctx, rel, plan.pointers)
-    return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated)
+    return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated,
+                      _paused_after(rel, plan.pointers))
 
 
 async def _emit_canary(conn: asyncpg.Connection, ctx: Ctx, rel: _Release, new: Pointers) -> None:
@@ -925,7 +935,8 @@ async def rollback(
         engine_id=row["engine_id"],
     ))
     await _emit(conn, ctx, event, row)
-    return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated)
+    return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated,
+                      _paused_after(rel, plan.pointers))
 
 
 async def retire(
