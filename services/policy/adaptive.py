@@ -273,6 +273,11 @@ class AdaptiveHeatOnline:
     """Online state of the adaptive heat policy for one simulated run (see module doc)."""
 
     _REBASE = 500.0
+    _INLINE_SHADOWS = True
+    """Per request, the shadow steps written out in :meth:`on_request` (the hot loop); False:
+    through :meth:`_shadow_hot` / :meth:`_shadow_warm`, the one implementation the inline copy
+    must equal (``tests/unit/policy/test_adaptive_paths.py`` runs both on the same traces and
+    compares every victim)."""
 
     def __init__(self, ctx: OnlineContext, cfg: PolicyConfig) -> None:
         sc = cfg.score
@@ -459,7 +464,7 @@ class AdaptiveHeatOnline:
 
         The hot loop of the policy: written for the interpreter (locals, one record per
         version, the shadows inline); see :meth:`_shadow_hot` / :meth:`_shadow_warm` for the
-        same steps at the first request of a version."""
+        same steps at the first request of a version (and :attr:`_INLINE_SHADOWS`)."""
         self._clock = i
         rel = i - self._base
         if rel > self._rebase_at:
@@ -524,6 +529,10 @@ class AdaptiveHeatOnline:
             cp = self._canary_prot[w]
             if v in cp:
                 cp.move_to_end(v)
+        if not self._INLINE_SHADOWS:
+            self._shadow_hot(g, v)
+            self._shadow_warm(w, v, worth)
+            return
         # -- HOT shadows (same steps as _shadow_hot)
         keep = self._keep
         score = self._score_hot[g]
