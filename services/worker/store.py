@@ -77,7 +77,8 @@ class Streamed:
 
 
 class MinioStore(objectstore.MinioStore):
-    """The worker's client of the shared store: 4 MiB reads and the ``minio`` SDK's own
+    """The worker's client of the shared store: downloads read the body into the caller's
+    buffers (:meth:`open_reader`), ``stream`` yields 4 MiB chunks; the ``minio`` SDK's own
     patience (5 min timeouts, 5 retries of a 5xx): a load waits out a slow store."""
 
     def __init__(self, endpoint: str, access_key: str, secret_key: str, *,
