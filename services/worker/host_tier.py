@@ -300,10 +300,6 @@ class HostTier:
         bytes and the signature at :data:`SIGNATURE_ALLOWANCE`; a larger object is cut
         off (:class:`DownloadFailed`).
         """
-        await asyncio.to_thread(dest.mkdir, parents=True)
-        for rel in rel_paths:
-            if "/" in rel:
-                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         def cap(rel: str) -> int:
             if declared <= 0:
                 return budget
@@ -312,6 +308,7 @@ class HostTier:
         signed: list[dict[str, str] | SignatureError] = []
 
         def fetch_one(rel: str) -> Streamed:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)  # in this thread
             streamed = download(self.store, bucket, root_key + rel, dest / rel,
                                 max_bytes=cap(rel))
             if rel == SIGNATURE_FILENAME:
