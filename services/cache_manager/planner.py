@@ -47,6 +47,7 @@ from loraplane.policy.cost import Bandwidths
 from loraplane.policy.online import CachePolicy
 from loraplane.policy.placement import HostOption, rank_hosts
 from loraplane.policy.plan import ActionKind, Plan, Reason
+from loraplane.policy.planner import by_base_model, total_bytes
 from loraplane.policy.predicates import max_pins, protection_of
 from loraplane.policy.ranking import RankedVersion, RankedWorker
 from loraplane.policy.score import hot_terms
@@ -83,27 +84,25 @@ class Projection:
     ``slots`` (a round asks for it per candidate host and requirement)."""
 
     def hot_count(self, base_model: str, versions: dict[str, VersionRecord]) -> int:
-        """HOT versions of ``base_model`` here."""
+        """HOT versions of ``base_model`` here (the policy's slot grouping, ``by_base_model``)."""
         hot = self._hot
         if hot is None:
-            hot = {}
-            for v, s in self.slots.items():
-                if s.tier is Tier.HOT:
-                    bm = _bm(versions, v, self.view)
-                    hot[bm] = hot.get(bm, 0) + 1
+            hot = {bm: len(group) for bm, group in by_base_model(
+                (v for v, s in self.slots.items() if s.tier is Tier.HOT),
+                lambda v: _bm(versions, v, self.view)).items()}
             self._hot = hot
         return hot.get(base_model, 0)
 
     def pinned_count(self, base_model: str, versions: dict[str, VersionRecord]) -> int:
         """Pinned versions of ``base_model`` here."""
-        return sum(
-            1 for v, s in self.slots.items()
-            if s.tier is Tier.HOT and s.pinned and _bm(versions, v, self.view) == base_model
-        )
+        pinned = by_base_model(
+            (v for v, s in self.slots.items() if s.tier is Tier.HOT and s.pinned),
+            lambda v: _bm(versions, v, self.view))
+        return len(pinned.get(base_model, ()))
 
     def used_bytes(self, versions: dict[str, VersionRecord]) -> int:
-        """Host bytes of every resident version."""
-        return sum(_size(versions, v, self.view) for v in self.slots)
+        """Host bytes of every resident version (the policy's ``total_bytes``)."""
+        return total_bytes(self.slots, lambda v: _size(versions, v, self.view))
 
     def apply(self, kind: CommandKind, vid: str, pin: bool = False) -> None:
         """Apply the expected effect of a command."""
@@ -135,6 +134,8 @@ _LOADS = frozenset({CommandKind.LOAD_HOT, CommandKind.LOAD_WARM})
 
 
 def _bm(versions: dict[str, VersionRecord], vid: str, view: WorkerView) -> str:
+    """Base model of a version on a worker: the registry's record, else the worker's report
+    (the projection's source; the snapshot's ``VersionMeta`` carries the record's)."""
     rec = versions.get(vid)
     if rec is not None:
         return rec.ref.base_model
@@ -143,6 +144,8 @@ def _bm(versions: dict[str, VersionRecord], vid: str, view: WorkerView) -> str:
 
 
 def _size(versions: dict[str, VersionRecord], vid: str, view: WorkerView) -> int:
+    """Size of a version on a worker: what the worker reported, else the registry's record
+    (the projection's source of sizes; the policy reads the snapshot's ``VersionMeta``)."""
     p = view.placements.get(vid)
     if p is not None and p.size_bytes:
         return p.size_bytes

@@ -24,6 +24,7 @@ from .model import PRIORITIES, REQUEST_CLASSES, Tier
 from .online import OnlineContext
 from .placement import HostOption, host_key, stable_hash
 from .plan import Action, ActionKind, Plan, Reason
+from .planner import by_base_model, size_of, total_bytes
 from .predicates import (
     Protection,
     demotion_reason,
@@ -643,7 +644,8 @@ class HeatPolicy:
                 reason = Reason.REPLICA_SURPLUS
             if reason is None:
                 bm = versions[vid].base_model
-                over = sum(1 for v in w.hot if versions[v].base_model == bm) > w.hot_slots.get(bm, 0)
+                group = by_base_model(w.hot, lambda v: versions[v].base_model).get(bm, [])
+                over = len(group) > w.hot_slots.get(bm, 0)
                 reason = Reason.CAPACITY if over else Reason.DISPLACED
             if vid in w.pinned:
                 out.append(Action(ActionKind.UNPIN, w.worker_id, vid, reason))
@@ -671,7 +673,7 @@ class HeatPolicy:
         versions = snapshot.versions
         cap = w.warm_bytes
         keep: set[str] = set(t.hot) | {v for v in w.resident() if w.busy(v)}
-        used = sum(versions[v].size_bytes for v in keep)
+        used = total_bytes(keep, lambda v: size_of(snapshot, v))
         out: list[Action] = []
         ranks = snapshot.ranks
         if ranks is None:
@@ -714,7 +716,7 @@ class HeatPolicy:
 
     @staticmethod
     def _resident_bytes(w: WorkerState, snapshot: Snapshot) -> int:
-        return sum(snapshot.versions[v].size_bytes for v in w.resident())
+        return total_bytes(w.resident(), lambda v: size_of(snapshot, v))
 
     @staticmethod
     def _prewarm_actions(

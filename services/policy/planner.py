@@ -9,7 +9,7 @@ never touches a version with in-flight requests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .plan import Action, ActionKind, Plan, Reason
 from .snapshot import Snapshot, WorkerState
@@ -18,14 +18,32 @@ KeyFn = Callable[[str, WorkerState], tuple[float, float]]
 """Rank of a version on a worker (primary, tie-break): the lowest goes first."""
 
 
+def by_base_model(
+    version_ids: Iterable[str], base_model_of: Callable[[str], str]
+) -> dict[str, list[str]]:
+    """Version ids grouped by base model, each group sorted: the one grouping of a worker's
+    HOT (or pinned) versions into slot groups, for the policies' plans and the cache-manager's
+    projection alike (``base_model_of``: where each side reads the base model)."""
+    out: dict[str, list[str]] = {}
+    for v in sorted(version_ids):
+        out.setdefault(base_model_of(v), []).append(v)
+    return out
+
+
+def total_bytes(version_ids: Iterable[str], size_of: Callable[[str], int]) -> int:
+    """Host bytes the versions take (``size_of``: where each side reads a version's size)."""
+    return sum(size_of(v) for v in version_ids)
+
+
 def hot_by_base_model(snapshot: Snapshot, worker: WorkerState) -> dict[str, list[str]]:
     """The worker's HOT versions grouped by base model (sorted ids)."""
-    out: dict[str, list[str]] = {}
-    for v in sorted(worker.hot):
-        meta = snapshot.versions.get(v)
-        bm = meta.base_model if meta is not None else ""
-        out.setdefault(bm, []).append(v)
-    return out
+    return by_base_model(worker.hot, lambda v: base_model_of(snapshot, v))
+
+
+def base_model_of(snapshot: Snapshot, version_id: str) -> str:
+    """Base model of a version ("" when unknown)."""
+    meta = snapshot.versions.get(version_id)
+    return "" if meta is None else meta.base_model
 
 
 def size_of(snapshot: Snapshot, version_id: str) -> int:
@@ -56,7 +74,7 @@ def enforce_capacity(snapshot: Snapshot, hot_key: KeyFn, warm_key: KeyFn) -> Pla
                            f"{len(members)} HOT for {slots} slots of {bm}")
                 )
         resident = w.resident()
-        used = sum(size_of(snapshot, v) for v in resident)
+        used = total_bytes(resident, lambda v: size_of(snapshot, v))
         if used <= w.warm_bytes:
             continue
         # Evict non-HOT first, then demote+evict HOT that is not busy, lowest rank first.
