@@ -1,6 +1,6 @@
 """Cache-manager benchmark: decision latency and heat-event throughput.
 
-``python -m benchmarks.cache [--quick] [--no-stack] [--out FILE]``
+``python -m benchmarks.cache [--quick] [--no-stack] [--rounds N] [--out FILE]``
 
 In process (pure decision core, no I/O):
 
@@ -297,13 +297,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="Small sizes (smoke run).")
     ap.add_argument("--no-stack", action="store_true", help="In-process measures only.")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="Steady-state rounds per fleet (default 100, --quick 10).")
     args = ap.parse_args()
     # The curve: workers × versions per shard, then one shard of two (the other base model's
     # versions and workers present, foreign to it) at the largest size.
     fleets = [(4, 200, 8, 1), (16, 2000, 16, 1)] if args.quick else [
         (w, v, 8 if w == 4 else 16, 1) for w in (4, 16, 64) for v in (200, 2000, 10000)
     ] + [(64, 10000, 16, 2)]
-    rounds = 10 if args.quick else 100
+    rounds = args.rounds or (10 if args.quick else 100)
     result: dict[str, Any] = {"rounds": [], "apply": None,
                               "target": {"workers": 64, "versions": 10000, "p99_ms": TARGET_P99_MS}}
     print("planning round per shard (pure core, heat policy, steady state):")

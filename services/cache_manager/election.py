@@ -8,6 +8,10 @@ the socket, the server backend ends), or a network cut detected by the
 server. The leader checks its session before every batch of commands
 (:meth:`LeaderLock.still_held`) and steps down when that fails.
 
+A shard's leader (:mod:`~loraplane.cache_manager.sharding`) takes two locks on its one
+session: the deployment key in shared mode (``pg_try_advisory_lock_shared``), then its
+shard key exclusively; failing either closes the session, which releases both.
+
 Hand-over bound after the leader dies (measured in
 ``tests/integration/cache_manager/test_failover.py``)::
 

@@ -460,11 +460,20 @@ class CacheManagerService:
         last_round = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._trigger.wait(), timeout=s.cache_manager_tick_s)
+                # while taking over, look at the readiness below often (a fresh report of a
+                # worker already synced by a replayed one sets no trigger)
+                await asyncio.wait_for(self._trigger.wait(), timeout=s.cache_manager_tick_s
+                                       if self.ready else min(s.cache_manager_tick_s, 0.05))
             cause = "trigger" if self._trigger.is_set() else "tick"
             if not self.ready:
+                # Plan once every known worker is synced by a report the first round will not
+                # find stale: a replayed old snapshot (a new shard's group starts at the
+                # earliest offset) must not mark a worker gone and have its versions placed
+                # elsewhere.
+                fresh_after = self.clock() - s.cache_manager_worker_timeout_s
                 synced = bool(known) and all(
-                    (w := core.state.workers.get(wid)) is not None and w.synced for wid in known)
+                    (w := core.state.workers.get(wid)) is not None and w.synced
+                    and w.last_seen >= fresh_after for wid in known)
                 if not synced and time.monotonic() < ready_by:
                     self._trigger.clear()
                     continue
