@@ -222,6 +222,8 @@ class Planner:
         self._no_load: frozenset[tuple[str, str]] = frozenset()
         self._metas: dict[str, tuple[VersionRecord, bool, float, VersionMeta]] = {}
         """Policy metadata per version, rebuilt only when its inputs change."""
+        self._ranked: dict[str, tuple[VersionMeta, RankedVersion]] = {}
+        """What the adaptive ranking knows of each version, per cached meta."""
 
     # ------------------------------------------------------------------ snapshot
 
@@ -331,10 +333,18 @@ class Planner:
         ranks = None
         ranking = state.ranking
         if ranking is not None:
-            # the adaptive experts over what the policy places (the simulator's code)
+            # the adaptive experts over what the policy places (the simulator's code); the
+            # same RankedVersion while a version's meta is the cached one (a cheap check)
+            ranked = self._ranked
+            self._ranked = {}
+            for vid, m in metas.items():
+                hit_r = ranked.get(vid)
+                if hit_r is None or hit_r[0] is not m:
+                    hit_r = (m, RankedVersion(vid, m.size_bytes, state.versions[vid].ref.adapter_id,
+                                              m.tenant_id, m.base_model))
+                self._ranked[vid] = hit_r
             ranking.update(
-                (RankedVersion(vid, m.size_bytes, state.versions[vid].ref.adapter_id,
-                               m.tenant_id, m.base_model) for vid, m in metas.items()),
+                (r for _, r in self._ranked.values()),
                 # full capacities (the snapshot's net of other versions' room would change
                 # the experts' universe, and rebuild them, whenever such a version moves)
                 (RankedWorker(wid, {bm: cap.slots for bm, cap in pr.view.capacities.items()},

@@ -113,6 +113,7 @@ class AdaptiveRanking:
         self.bandwidths = bandwidths or Bandwidths()
         self._log: deque[_Request] = deque(maxlen=history)
         self._versions: tuple[RankedVersion, ...] = ()
+        self._vmap: dict[str, RankedVersion] = {}
         self._workers: tuple[tuple[str, tuple[tuple[str, int], ...], int], ...] = ()
         self._vindex: dict[str, int] = {}
         self._windex: dict[str, int] = {}
@@ -154,12 +155,25 @@ class AdaptiveRanking:
 
     def update(self, versions: Iterable[RankedVersion], workers: Iterable[RankedWorker]) -> None:
         """The universe now: rebuild (and replay the kept requests) when it changed; WARM
-        evictions since the last update raise the reuse expert's inflation value."""
-        vs = tuple(sorted(versions, key=lambda r: r.version_id))
+        evictions since the last update raise the reuse expert's inflation value. Pass the
+        same :class:`RankedVersion` object while a version is unchanged (cheap check)."""
+        # the usual round changes nothing: compare by identity first (a caller that keeps its
+        # RankedVersion objects while a version is unchanged makes this O(versions), no sort)
+        known = self._vmap
+        fresh: dict[str, RankedVersion] = {}
+        same = True
+        for r in versions:
+            fresh[r.version_id] = r
+            if same:
+                old = known.get(r.version_id)
+                same = old is r or old == r
+        same = same and len(fresh) == len(known)
         ws = tuple(sorted(workers, key=lambda r: r.worker_id))
         shape = tuple((w.worker_id, tuple(sorted(w.hot_slots.items())), w.warm_bytes) for w in ws)
-        if vs != self._versions or shape != self._workers:
-            self._versions, self._workers = vs, shape
+        if not same or shape != self._workers:
+            self._vmap = fresh
+            self._versions = tuple(fresh[vid] for vid in sorted(fresh))
+            self._workers = shape
             self._rebuild()
         online = self._online
         for w in ws:
