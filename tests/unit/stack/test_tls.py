@@ -324,3 +324,32 @@ def test_the_stack_gives_each_service_its_own_identity(tmp_path: Path) -> None:
     assert not any(k.startswith("LORAPLANE_TLS_") for k in service_env(off))
     assert not any(k.startswith("LORAPLANE_TLS_")
                    for spec in SERVICES for k in replica_env(off, spec, 0))
+
+
+async def test_no_key_or_token_in_metrics_or_logs(
+        tmp_path: Path, pki: dict[str, CertFiles], caplog: pytest.LogCaptureFixture) -> None:
+    from prometheus_client import generate_latest
+
+    rules = {CACHE: admin_rules(OperatorAuth(TOKEN))["/loraplane.v1.RegistryAdmin/"]}
+    live = TlsFiles(tmp_path / "ca.pem", tmp_path / "c.pem", tmp_path / "c.key")
+    for src, dst in ((pki["cache-manager"].ca, live.ca), (pki["cache-manager"].cert, live.cert),
+                     (pki["cache-manager"].key, live.key)):
+        dst.write_bytes(src.read_bytes())
+    caplog.set_level("DEBUG")
+    s, server = await _serve(live, rules)
+    try:
+        wrong = "lp_tenant_key_that_must_not_leak_42"
+        for md in ((("authorization", f"Bearer {wrong}"),), ()):
+            await _call(s.port, tls(pki[GATEWAY]), metadata=md)
+        live.key.write_bytes(b"-----BEGIN PRIVATE KEY-----\nnot a key\n")  # a bad rotation
+        await _call(s.port, tls(pki[OPERATOR]))
+        assert s.refusals("bad_token") == 1 and s.refusals("missing_token") == 1
+    finally:
+        await server.stop(0)  # type: ignore[attr-defined]
+    exported = generate_latest(s.registry).decode()
+    logged = caplog.text + "".join(r.getMessage() for r in caplog.records)
+    assert "keeping the previous certificate" in logged  # the bad rotation was noticed
+    secrets = [TOKEN, wrong, "PRIVATE KEY", "not a key",
+               pki["cache-manager"].key.read_text().splitlines()[1]]
+    for text in (exported, logged):
+        assert not [x for x in secrets if x in text]
