@@ -49,6 +49,7 @@ from loraplane.shared.metrics import start_metrics_server
 from loraplane.shared.tls import (
     CACHE_MANAGER,
     REGISTRY_ID,
+    CertExpiry,
     edge_server_credentials,
     secure_or_insecure_aio_channel,
 )
@@ -223,7 +224,8 @@ class GatewayApp:
         self._tasks.flusher = asyncio.create_task(
             run_flusher(g.heat, g.prewarm, interval_s=s.heat_flush_interval_s)
         )
-        edge = (edge_server_credentials(s.edge_tls_cert_file, s.edge_tls_key_file)
+        edge = (edge_server_credentials(s.edge_tls_cert_file, s.edge_tls_key_file,
+                                        expiry=CertExpiry.for_registry(self.metrics.registry))
                 if s.edge_tls_cert_file else None)
         self.grpc = build_grpc_server(g, port=s.grpc_port, host=s.bind_host, credentials=edge)
         await self.grpc.start()

@@ -93,9 +93,6 @@ class TlsFiles:
     def _read(self) -> tuple[bytes, bytes, bytes]:
         return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
 
-    def _stamp(self) -> tuple[float, ...]:
-        return tuple(p.stat().st_mtime_ns for p in (self.ca, self.cert, self.key))
-
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """Client side: trust only the CA, present this process's certificate (read now:
         a channel opened after a rotation uses the new files)."""
@@ -107,7 +104,8 @@ class TlsFiles:
         self, expiry: CertExpiry | None = None) -> grpc.ServerCredentials:
         """Server side: present this certificate, require a client certificate signed by
         the CA; the files are re-read when they change (at the next new connection)."""
-        reloader = _Reloader(self, expiry)
+        reloader = _Reloader(self.cert, self.key, self.ca,
+                             on_load=(lambda: expiry.observe(self)) if expiry else None)
         return grpc.dynamic_ssl_server_credentials(
             reloader.initial(), reloader.fetch, require_client_authentication=True)
 
@@ -133,30 +131,39 @@ def _check_pair(cert_pem: bytes, key_pem: bytes) -> None:
 
 class _Reloader:
     """The ``certificate_configuration_fetcher`` of a server: gRPC calls it on every new
-    connection (from its own thread); a changed file set is read and handed over."""
+    connection (from its own thread); a changed file set is read and handed over. ``ca``:
+    the client CA to require (``None``: no client certificate, the edge)."""
 
-    def __init__(self, files: TlsFiles, expiry: CertExpiry | None) -> None:
-        self.files = files
-        self.expiry = expiry
+    def __init__(self, cert: Path, key: Path, ca: Path | None, *,
+                 on_load: Callable[[], None] | None = None) -> None:
+        self.cert, self.key, self.ca = cert, key, ca
+        self.on_load = on_load
         self._lock = threading.Lock()
         self._stamp: tuple[float, ...] = ()
         self._failed_stamp: tuple[float, ...] = ()
 
+    def _paths(self) -> tuple[Path, ...]:
+        return (self.cert, self.key) if self.ca is None else (self.cert, self.key, self.ca)
+
+    def _stamp_now(self) -> tuple[float, ...]:
+        return tuple(p.stat().st_mtime_ns for p in self._paths())
+
     def _config(self) -> Any:
-        ca, cert, key = self.files._read()
+        cert, key = self.cert.read_bytes(), self.key.read_bytes()
+        ca = self.ca.read_bytes() if self.ca is not None else None
         _check_pair(cert, key)
         config = grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
-        if self.expiry is not None:
-            self.expiry.observe(self.files)
+        if self.on_load is not None:
+            self.on_load()
         return config
 
     def initial(self) -> Any:
-        self._stamp = self.files._stamp()
+        self._stamp = self._stamp_now()
         return self._config()
 
     def fetch(self) -> Any:
         try:
-            stamp = self.files._stamp()
+            stamp = self._stamp_now()
         except OSError:
             return None  # mid-rotation (a file renamed away): keep serving the old one
         with self._lock:
@@ -170,19 +177,21 @@ class _Reloader:
                             "previous certificate", type(exc).__name__)
                 return None
             self._stamp = stamp
-            log.info("TLS certificate reloaded from %s", self.files.cert)
+            log.info("TLS certificate reloaded from %s", self.cert)
             return config
 
 
 class CertExpiry(PerRegistry):
-    """``loraplane_tls_certificate_expiry_timestamp_seconds{role}`` (``cert``, ``ca``)."""
+    """``loraplane_tls_certificate_expiry_timestamp_seconds{role}`` (``cert``, ``ca``;
+    ``edge``: the gateway's public certificate)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__(registry)
         self.gauge = Gauge(
             "loraplane_tls_certificate_expiry_timestamp_seconds",
             "notAfter (Unix time) of the TLS certificate this process presents (role=cert) "
-            "and of the CA it trusts (role=ca).", ["role"], registry=registry)
+            "and of the CA it trusts (role=ca) on its internal API, and of the gateway's "
+            "public certificate (role=edge).", ["role"], registry=registry)
 
     def observe(self, files: TlsFiles) -> None:
         for role, when in files.not_after().items():
@@ -412,9 +421,11 @@ def tls_fields(env: Mapping[str, str]) -> dict[str, str]:
     return {field: env.get(var, "") for field, var in TLS_ENV.items()}
 
 
-def edge_server_credentials(cert_file: str, key_file: str) -> grpc.ServerCredentials:
-    """TLS for a public listener (the gateway's): present this certificate, ask for no
-    client certificate (tenants authenticate with API keys). Raises
+def edge_server_credentials(cert_file: str, key_file: str, *,
+                            expiry: CertExpiry | None = None) -> grpc.ServerCredentials:
+    """TLS for a public listener (the gateway's gRPC): present this certificate, ask for
+    no client certificate (tenants authenticate with API keys); re-read when the files
+    change, as the internal servers do (notAfter in ``expiry`` as ``role="edge"``). Raises
     :class:`TlsConfigError` naming an unreadable file or a key that is not the
     certificate's."""
     try:
@@ -426,4 +437,13 @@ def edge_server_credentials(cert_file: str, key_file: str) -> grpc.ServerCredent
         _check_pair(cert, key)
     except ValueError as exc:
         raise TlsConfigError(f"edge TLS {cert_file} / {key_file}: {exc}") from None
-    return grpc.ssl_server_credentials([(key, cert)])
+    cert_path = Path(cert_file)
+
+    def observe() -> None:
+        if expiry is not None:
+            not_after = x509.load_pem_x509_certificate(cert_path.read_bytes()).not_valid_after_utc
+            expiry.gauge.labels("edge").set(not_after.timestamp())
+
+    reloader = _Reloader(cert_path, Path(key_file), None, on_load=observe)
+    return grpc.dynamic_ssl_server_credentials(
+        reloader.initial(), reloader.fetch, require_client_authentication=False)

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from cryptography import x509
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 from typer.testing import CliRunner
@@ -103,3 +104,50 @@ async def test_the_cli_trusts_the_ca_it_is_given(gateway: GatewayApp,
     env["LORAPLANE_GATEWAY_CA_FILE"] = str(pki["gateway"].ca.parent / "missing.pem")
     missing = await asyncio.to_thread(CliRunner().invoke, cli_app, args, env=env)
     assert missing.exit_code == 2 and "LORAPLANE_GATEWAY_CA_FILE" in missing.output
+
+
+async def test_the_grpc_edge_certificate_is_reloaded_without_a_restart(
+        tmp_path: Path) -> None:
+    first = ensure_dev_pki(tmp_path / "a")["gateway"]
+    second = ensure_dev_pki(tmp_path / "b")["gateway"]  # another CA
+    cert, key = tmp_path / "edge.pem", tmp_path / "edge.key"
+    cert.write_bytes(first.cert.read_bytes())
+    key.write_bytes(first.key.read_bytes())
+    metrics = CollectorRegistry()
+    settings = GatewaySettings(
+        grpc_port=_free_port(), http_port=0, metrics_port=0, bootstrap=False,
+        consume_events=False, worker_probe_interval_s=0, instance_id="edge-reload",
+        edge_tls_cert_file=str(cert), edge_tls_key_file=str(key))
+    app = GatewayApp(settings, publisher=_NullPublisher(), registry=metrics,
+                     serve_metrics=False)
+    await app.start()
+
+    async def code(ca: Path) -> grpc.StatusCode:
+        async with grpc.aio.secure_channel(f"127.0.0.1:{settings.grpc_port}",
+                                           grpc.ssl_channel_credentials(ca.read_bytes())) as ch:
+            try:
+                [m async for m in inference_pb2_grpc.InferenceStub(ch).Generate(
+                    inference_pb2.GenerateRequest(adapter="a", prompt="p", max_tokens=1),
+                    timeout=5)]
+            except grpc.aio.AioRpcError as err:
+                return err.code()
+        return grpc.StatusCode.OK
+
+    def edge_expiry() -> float | None:
+        return metrics.get_sample_value(
+            "loraplane_tls_certificate_expiry_timestamp_seconds", {"role": "edge"})
+
+    try:
+        assert await code(first.ca) == grpc.StatusCode.UNAUTHENTICATED  # served, no key
+        assert edge_expiry() == x509.load_pem_x509_certificate(
+            first.cert.read_bytes()).not_valid_after_utc.timestamp()
+        for src, dst in ((second.cert, cert), (second.key, key)):
+            tmp = dst.with_suffix(".tmp")
+            tmp.write_bytes(src.read_bytes())
+            tmp.replace(dst)
+        assert await code(second.ca) == grpc.StatusCode.UNAUTHENTICATED  # the new one
+        assert await code(first.ca) == grpc.StatusCode.UNAVAILABLE  # the old CA: no more
+        assert edge_expiry() == x509.load_pem_x509_certificate(
+            second.cert.read_bytes()).not_valid_after_utc.timestamp()
+    finally:
+        await app.stop(0.5)
