@@ -365,3 +365,38 @@ async def run_loop(runner: CanaryRunner, state: State, *, interval_s: float,
                 asyncpg.InterfaceError) as exc:
             log.warning("canary analysis: step failed, retried next tick: %s", exc)
         await asyncio.sleep(interval_s)
+
+
+class CanaryCollector:
+    """Scrape-time families of the running canaries (one series per canary: bounded by the
+    adapters with a canary pointer): stage share, time in stage, last decision."""
+
+    def __init__(self, runner: Callable[[], CanaryRunner | None],
+                 clock: Callable[[], float]) -> None:
+        self._runner = runner
+        self._clock = clock
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        labels = ["tenant", "adapter", "version"]
+        share = GaugeMetricFamily("loraplane_cache_canary_stage_percent",
+                                  "Share of the canary's current stage, in percent.",
+                                  labels=labels)
+        age = GaugeMetricFamily("loraplane_cache_canary_stage_seconds",
+                                "Time the canary has been in its current stage.", labels=labels)
+        paused = GaugeMetricFamily("loraplane_cache_canary_paused",
+                                   "1 when an operator paused the canary's analysis.",
+                                   labels=labels)
+        runner = self._runner()
+        if runner is not None:
+            now = self._clock()
+            for adapter_id, run in list(runner.runs.items()):
+                tenant, _, name = adapter_id.partition("/")
+                values = [tenant, name, run.version]
+                share.add_metric(values, run.percent)
+                age.add_metric(values, max(0.0, now - run.stage_started_at))
+                paused.add_metric(values, 1.0 if run.paused else 0.0)
+        yield share
+        yield age
+        yield paused

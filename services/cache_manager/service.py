@@ -109,6 +109,7 @@ class _CoreHolder:
 
     def __init__(self) -> None:
         self.core: Callable[[], CacheCore | None] = lambda: None
+        self.canary: Callable[[], canary_runner.CanaryRunner | None] = lambda: None
         self.leading: set[str] = set()
         """Shards this process leads now (``*``: unsharded): ``loraplane_cache_leader``."""
 
@@ -122,6 +123,7 @@ def _holder(registry: CollectorRegistry) -> _CoreHolder:
         h = _CoreHolder()
         _HOLDERS[id(registry)] = h
         registry.register(StateCollector(lambda: h.core()))
+        registry.register(canary_runner.CanaryCollector(lambda: h.canary(), time.time))
     return h
 
 
@@ -149,6 +151,7 @@ class CacheManagerService:
         self.clock = clock
         self.metrics = CacheMetrics.for_registry(registry)
         _holder(registry).core = lambda: self.core
+        _holder(registry).canary = lambda: self.canary
         tls = settings.tls_files()
         self.fetcher = fetcher or GrpcStateFetcher(tls)
         self.shadow = shadow or GrpcShadowRunner(tls)

@@ -203,3 +203,20 @@ def test_observe_takes_load_answers_with_their_message_and_skips_timeouts() -> N
     f = w.figures(CANARY, now - 1, now + 1)
     assert (f.load_attempts, f.load_failures) == (2, 1)
     assert f.last_load_error == "LOAD_ERROR_CODE_DOWNLOAD_FAILED: no objects under s3://b/p/"
+
+
+def test_collector_exports_each_running_canary_stage_age_and_pause() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from loraplane.cache_manager.canary_runner import CanaryCollector
+
+    runner, _ = make(FakeRegistry(), MemStore())
+    runner.runs = {ADAPTER: Run(ADAPTER, "v2", 10, T0, paused=True)}
+    reg = CollectorRegistry()
+    reg.register(CanaryCollector(lambda: runner, lambda: T0 + 30))
+    labels = {"tenant": "acme", "adapter": "code", "version": "v2"}
+    assert reg.get_sample_value("loraplane_cache_canary_stage_percent", labels) == 10
+    assert reg.get_sample_value("loraplane_cache_canary_stage_seconds", labels) == 30
+    assert reg.get_sample_value("loraplane_cache_canary_paused", labels) == 1
+    runner.runs = {}
+    assert reg.get_sample_value("loraplane_cache_canary_stage_percent", labels) is None

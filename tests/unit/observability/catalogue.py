@@ -67,6 +67,7 @@ def _metric_objects(obj: object) -> list[MetricWrapperBase]:
 def families() -> dict[str, Family]:
     """Every family of every service, keyed by name."""
     from loraplane.admission.metrics import AdmissionMetrics
+    from loraplane.cache_manager.canary_runner import CanaryCollector
     from loraplane.cache_manager.metrics import CacheMetrics, StateCollector
     from loraplane.gateway.flow import FlowMetrics
     from loraplane.gateway.metrics import GatewayMetrics
@@ -92,7 +93,8 @@ def families() -> dict[str, Family]:
         if isinstance(inst, GatewayMetrics):
             for fam in inst.views.collect():
                 add(Family(fam.name, fam.type, tuple(getattr(fam, "_labelnames", ()))))
-    for fam in StateCollector(lambda: None).collect():
+    for fam in [*StateCollector(lambda: None).collect(),
+                *CanaryCollector(lambda: None, lambda: 0.0).collect()]:
         add(Family(fam.name, fam.type, tuple(getattr(fam, "_labelnames", ()))))
     for name, (typ, labels) in SUPERVISOR_FAMILIES.items():
         add(Family(name, typ, labels))
