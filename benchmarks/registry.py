@@ -97,7 +97,10 @@ async def run(count: int, concurrency: int, warmup: int) -> dict[str, Any]:
     token = uuid.uuid4().hex + uuid.uuid4().hex
     port = _free_port()
     settings = CommonSettings()
-    env = {**os.environ, "LORAPLANE_REGISTRY_GRPC_PORT": str(port),
+    # plaintext, as the bench's channel: a shell that sourced demo.env carries the
+    # operator's certificate (LORAPLANE_TLS_*), which would make this registry serve mTLS
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LORAPLANE_TLS_")},
+           "LORAPLANE_REGISTRY_GRPC_PORT": str(port),
            "LORAPLANE_REGISTRY_METRICS_PORT": "0", "LORAPLANE_REGISTRY_OPERATOR_TOKEN": token,
            "LORAPLANE_REGISTRY_TOPIC_PREFIX": ns,
            "LORAPLANE_REGISTRY_CONSUMER_GROUP": f"registry-{ns}",
