@@ -180,10 +180,11 @@ Stop = Callable[[], Any]
 
 
 def _tls_settings(pki_dir: str, role: str) -> dict[str, str]:
-    """The TLS settings of a server role of the mutual-TLS pair (``{}``: plaintext)."""
+    """The TLS settings of a server role: the mutual-TLS pair's files, else explicitly
+    none (plaintext even when the bench's shell sourced demo.env's LORAPLANE_TLS_*)."""
     identity = {"worker_mtls": "worker", MTLS: "gateway"}.get(role)
     if identity is None or not pki_dir:
-        return {}
+        return {"tls_ca_file": "", "tls_cert_file": "", "tls_key_file": ""}
     d = Path(pki_dir)
     return {"tls_ca_file": str(d / "ca.pem"), "tls_cert_file": str(d / f"{identity}.pem"),
             "tls_key_file": str(d / f"{identity}.key")}
