@@ -14,17 +14,29 @@ first; 12 bands)::
     band  8..11  background   platinum, gold, silver, bronze
 
 **Ageing.** A waiter's order key is ``enqueued_at + band * age_step_s``: each band is a
-head start of ``age_step_s`` seconds over the next. So a request of band ``b`` that
-arrived at ``t`` is overtaken only by requests of a better band ``b' < b`` that arrive
-by ``t + (b - b') * age_step_s``; anything arriving later queues behind it. The
-longest a request can be overtaken is therefore ``b * age_step_s`` (11 s for a bronze
-background request with the default 1 s step), after which only requests already
-ahead of it are served first — nothing starves. Equal keys go to the better band.
+head start of ``age_step_s`` seconds over the next (earliest key first: a deadline order).
+Equal keys go to the better band. What that guarantees, for a request of band ``b`` that
+arrived at ``t`` (tested in ``tests/unit/gateway/test_flow.py`` with an injected clock):
+
+* **Overtaking** (:func:`overtaking_bound_s`): it is overtaken only by requests of a
+  better band ``b' < b`` that arrive by ``t + (b - b') * age_step_s``; anything arriving
+  later is served after it. The window is at most ``b * age_step_s`` (11 s for a bronze
+  background request with the default 1 s step).
+* **Wait** (:func:`wait_bound_s`): the window bounds who may go first, not the wait
+  itself: when the window closes, the requests that arrived in it and still wait are
+  ahead of it and are served first. So its wait is the window plus the time those take
+  to get a slot: at most ``(b - b') * age_step_s + ceil((ahead + 1) / slots) *
+  longest_s``, with ``ahead`` the most requests that can wait ahead of it then (under
+  ``clients`` closed-loop streams on ``slots`` slots: ``clients - slots``) and
+  ``longest_s`` the longest a request holds a slot. Nothing starves: it is bounded
+  whatever the load, and the class's longest queue wait refuses it before it is spent.
 
 Pure code: the caller passes the arrival times (its clock); nothing here reads one.
 """
 
 from __future__ import annotations
+
+import math
 
 from loraplane.v1 import common_pb2
 
@@ -82,6 +94,22 @@ def aged_key(band_: int, enqueued_at: float, age_step_s: float = DEFAULT_AGE_STE
 def overtaking_bound_s(band_: int, age_step_s: float = DEFAULT_AGE_STEP_S) -> float:
     """Longest time newcomers can overtake a waiter of ``band_`` (see the module doc)."""
     return band_ * age_step_s
+
+
+def wait_bound_s(
+    band_: int, *, overtaker_band: int, ahead: int, slots: int, longest_s: float,
+    age_step_s: float = DEFAULT_AGE_STEP_S,
+) -> float:
+    """Longest queue wait of a waiter of ``band_`` while requests of ``overtaker_band``
+    (the best band arriving) keep coming (see the module doc): its overtaking window, then
+    one slot for each of the ``ahead`` requests that can still wait ahead of it when the
+    window closes and one for itself, ``slots`` at a time, each held at most
+    ``longest_s``."""
+    if slots < 1 or ahead < 0:
+        raise ValueError(f"wait bound needs slots >= 1 and ahead >= 0 (got slots {slots}, "
+                         f"ahead {ahead})")
+    window = max(0, band_ - overtaker_band) * age_step_s
+    return window + math.ceil((ahead + 1) / slots) * longest_s
 
 
 def engine_priority(request_class: int, priority: int) -> int:

@@ -4,12 +4,13 @@ and the asyncio controller that executes it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 
 import pytest
 
 from loraplane.gateway.flow import FlowConfig, FlowController, FlowQueue, QueueWaitExceeded
-from loraplane.shared.ordering import BANDS, aged_key, band, overtaking_bound_s
+from loraplane.shared.ordering import BANDS, aged_key, band, overtaking_bound_s, wait_bound_s
 from loraplane.v1 import common_pb2 as c
 
 INTERACTIVE = c.REQUEST_CLASS_INTERACTIVE
@@ -111,6 +112,78 @@ def test_no_starvation_under_saturating_interactive_load() -> None:
             break
     assert admitted_bg_at is not None, "background request starved"
     assert before_bg and max(before_bg) <= head_start  # a tie goes to the better band
+
+
+@pytest.mark.parametrize(("clients", "step", "longest", "seed"),
+                         [(16, 0.5, 0.4, 1), (16, 1.0, 0.2, 2), (9, 0.5, 1.0, 3),
+                          (40, 0.25, 0.3, 4)])
+def test_background_wait_is_within_the_documented_bound(
+    clients: int, step: float, longest: float, seed: int,
+) -> None:
+    """``clients`` closed-loop gold interactive streams saturate a worker (each sends its
+    next request as its previous one ends; every request holds its slot between half and
+    all of ``longest``); bursts of four silver background requests arrive. Simulated with
+    an injected clock: every background request is overtaken only by requests that
+    arrived within its window ``(10 - 1) * step``, and waits at most
+    :func:`wait_bound_s` (the window, then one slot for each request still ahead of it:
+    the other clients' waiting requests and the earlier ones of its burst)."""
+    import heapq
+    import random
+
+    rnd = random.Random(seed)
+    cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
+                     age_step_s=step)
+    q: FlowQueue[tuple[str, float]] = FlowQueue(cfg)
+    gold, bg = band(INTERACTIVE, GOLD), band(BACKGROUND, SILVER)
+    slots = cfg.cap(gold)  # the room the background requests share with gold interactive
+    running = _idle()
+    ends: list[tuple[float, int, int]] = []  # (time, seq, band) of running requests
+    seq = itertools.count()
+    admitted: list[tuple[float, int, float, str]] = []  # (at, band, arrived, kind)
+    bursts = [2.0 + 7.0 * k for k in range(4)]
+    until = bursts[-1] + 30.0
+    now = 0.0
+
+    def admit() -> None:
+        while (w := q.pop_next(running)) is not None:
+            running[w.band] += 1
+            kind, arrived = w.payload
+            admitted.append((now, w.band, arrived, kind))
+            heapq.heappush(ends, (now + rnd.uniform(longest / 2, longest), next(seq), w.band))
+
+    for _ in range(clients):
+        q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=now,
+               payload=("i", now))
+    admit()
+    while now < until:
+        if bursts and bursts[0] <= ends[0][0]:
+            now = bursts.pop(0)
+            for _ in range(4):
+                q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64,
+                       now=now, payload=("bg", now))
+        else:
+            now, _, b = heapq.heappop(ends)
+            running[b] -= 1
+            if b == gold:  # the stream sends its next request at once
+                q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8,
+                       now=now, payload=("i", now))
+        admit()
+    window = overtaking_bound_s(bg, step) - overtaking_bound_s(gold, step)
+    bound = wait_bound_s(bg, overtaker_band=gold, ahead=clients - slots + 3, slots=slots,
+                         longest_s=longest, age_step_s=step)
+    bgs = [(i, a) for i, a in enumerate(admitted) if a[3] == "bg"]
+    assert len(bgs) == 16  # every one admitted: none starved
+    for i, (at, _, arrived, _) in bgs:
+        assert at - arrived <= bound, (arrived, at - arrived, bound)
+        overtakers = [a[2] for a in admitted[:i] if a[2] > arrived]
+        assert all(o <= arrived + window for o in overtakers), (arrived, max(overtakers))
+    # the bound is not slack: a burst waits past its window (gold requests went first)
+    assert max(at - arrived for _, (at, _, arrived, _) in bgs) > window
+
+
+def test_wait_bound_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="slots >= 1"):
+        wait_bound_s(10, overtaker_band=1, ahead=0, slots=0, longest_s=1.0)
 
 
 def test_headroom_keeps_slots_for_interactive_and_platinum() -> None:
