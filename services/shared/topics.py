@@ -71,8 +71,8 @@ Consumer-group sizes follow: admission and registry scale by replicas up to 4 me
 partitions of their topics); workers and gateways read every partition whatever their
 number; the cache manager reads every partition once per leader, i.e. once per shard
 (``LORAPLANE_CACHE_MANAGER_SHARDS``, :mod:`loraplane.cache_manager.sharding`): ``adapter.heat``
-is read by every shard's leader, which drops other base models' completions while decoding
-(~9,400 batches/s per process in ``make bench-cache``).
+is read by every shard's leader, which drops other base models' completions as it applies
+them (``make bench-cache``'s heat-apply figure is what one process absorbs).
 """
 
 from __future__ import annotations
