@@ -115,6 +115,15 @@ async def test_load_failures_abort_through_the_registry_and_demote() -> None:
     assert reg.calls[0][:3] == ("set_share", "", "0")
     assert "DOWNLOAD_FAILED" in reg.calls[0][3] and '"load_failures":2' in reg.calls[0][3]
     assert aborted == [CANARY] and reg.stable == "v1"
+    # a new leader after the registry cleared the pointer demotes it again (the old one may
+    # have died before its demotion), then forgets the run
+    again: list[str] = []
+    second, _ = make(reg, store)
+    second.on_abort = lambda vid, _now: again.append(vid)
+    await second.start()
+    state.set_pointers(ADAPTER, reg.pointers())
+    assert await second.tick(state, T0 + 4) == []
+    assert again == [CANARY] and store.rows == {}
 
 
 async def test_a_new_leader_neither_loses_nor_repeats_a_step() -> None:
