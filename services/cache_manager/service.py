@@ -589,6 +589,12 @@ class CacheManagerService:
 
     async def _flush(self, core: CacheCore, pool: asyncpg.Pool) -> None:
         stats = dict(core.state.stats)
+        if self.shard is not None:
+            # the deployment's rows are shared by its shards: write this shard's versions only
+            # (a worker's snapshot also seeds the last use of other base models' versions here)
+            versions = core.state.versions
+            stats = {v: st for v, st in stats.items()
+                     if (rec := versions.get(v)) is not None and rec.ref.base_model == self.shard}
         workers = {w.worker_id: w.grpc_address for w in list(core.state.workers.values())
                    if w.alive and w.grpc_address}
         deployment = self.settings.cache_manager_consumer_group

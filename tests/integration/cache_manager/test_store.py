@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncpg
+from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager import store
+from loraplane.cache_manager.core import CacheCore
+from loraplane.cache_manager.rules import RulesConfig
+from loraplane.cache_manager.service import CacheManagerService
+from loraplane.cache_manager.settings import CacheManagerSettings
+from loraplane.policy.config import load_config
+from loraplane.policy.factory import make_policy
 from loraplane.policy.model import RequestClass
 from loraplane.policy.stats import VersionStats
+from loraplane.shared.db import create_pool
 from loraplane.stack.stack import Stack
+from tests.support import eventgen as ev
 
 
 async def test_stats_round_trip_keeps_warm_rate_and_gap(stack: Stack, unique: str) -> None:
@@ -31,3 +40,35 @@ async def test_stats_round_trip_keeps_warm_rate_and_gap(stack: Stack, unique: st
     assert restored.view() == st.view()  # every statistic, the WARM count and the gap included
     assert (restored.tau_s, restored.tau_warm_s) == (300.0, 3600.0)
     assert restored.view().rate_warm(1100.0, 3600.0) == st.view().rate_warm(1100.0, 3600.0) > 0
+
+
+
+async def test_a_shard_flushes_its_own_versions_statistics_only(stack: Stack, unique: str) -> None:
+    """Shards share the deployment's statistics rows: a shard's flush must not overwrite
+    another base model's version (a worker's snapshot seeds its last use in every shard)."""
+    deployment = f"test-{unique}"
+    settings = CacheManagerSettings(postgres_dsn=stack.settings.postgres_dsn,
+                                    cache_manager_consumer_group=deployment)
+    cfg = load_config()
+    svc = CacheManagerService(settings, RulesConfig(), cfg, registry=CollectorRegistry(),
+                              shard="base/a")
+    core = CacheCore(policy=make_policy("heat", cfg), policy_config=cfg, rules=RulesConfig(),
+                     worker_timeout_s=30, base_models=frozenset({"base/a"}))
+    mine, other = ev.ref("mine", bm="base/a"), ev.ref("other", bm="base/b")
+    t = 1_800_000_000.0
+    core.apply(ev.admitted(mine, 1, t), t)
+    core.apply(ev.admitted(other, 2, t), t)
+    core.apply(ev.heat(mine, 3, t), t)
+    w = ev.WorkerSpec("w1", base_models=("base/a", "base/b"),
+                      held=[ev.Held(other, engine_id=2, last_used=t - 5)])
+    core.apply(ev.snapshot(w, 1, t), t)
+    assert set(core.state.stats) == {mine.version_id, other.version_id}
+    pool = await create_pool(stack.settings.postgres_dsn, min_size=1, max_size=1)
+    try:
+        await svc._flush(core, pool)
+        async with pool.acquire() as conn:
+            saved = await store.load_stats(conn, deployment, 300.0, 3600.0)
+    finally:
+        await pool.close()
+    assert list(saved) == [mine.version_id]
+    assert saved[mine.version_id].requests == 3
