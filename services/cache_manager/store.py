@@ -80,8 +80,9 @@ async def read_registry(
     conn: asyncpg.Connection, tenants: frozenset[str] | None = None,
     base_models: frozenset[str] | None = None,
 ) -> tuple[list[VersionRecord], dict[str, Pointers]]:
-    """Every non-pending version and every adapter's release pointers (of ``tenants``; of
-    ``base_models``' versions only, for a shard — the pointers of every adapter)."""
+    """Every non-pending version and every adapter's release pointers (of ``tenants``; for a
+    shard, of ``base_models``: their versions, and the pointers of the adapters having one —
+    a shard's canary analysis steps its own canaries only)."""
     sql = _VERSIONS_SQL
     args: list[list[str]] = []
     if tenants is not None:
@@ -91,12 +92,17 @@ async def read_registry(
         args.append(sorted(base_models))
         sql += f" AND v.base_model = ANY(${len(args)}::text[])"
     rows = await conn.fetch(sql, *args)
-    if tenants is None:
-        prow = await conn.fetch(_POINTERS_SQL)
-    else:
-        prow = await conn.fetch(
-            _POINTERS_SQL + " WHERE split_part(adapter_id, '/', 1) = ANY($1::text[])",
-            sorted(tenants))
+    where: list[str] = []
+    pargs: list[list[str]] = []
+    if tenants is not None:
+        pargs.append(sorted(tenants))
+        where.append(f"split_part(adapter_id, '/', 1) = ANY(${len(pargs)}::text[])")
+    if base_models is not None:  # a shard: the adapters with a version of its base models
+        pargs.append(sorted(base_models))
+        where.append("adapter_id IN (SELECT adapter_id FROM adapter_versions "
+                     f"WHERE base_model = ANY(${len(pargs)}::text[]))")
+    psql = _POINTERS_SQL + (" WHERE " + " AND ".join(where) if where else "")
+    prow = await conn.fetch(psql, *pargs)
     return [_record(r) for r in rows], {r["adapter_id"]: _pointers(r) for r in prow}
 
 

@@ -17,6 +17,7 @@ from loraplane.policy.stats import VersionStats
 from loraplane.shared.db import create_pool
 from loraplane.stack.stack import Stack
 from tests.support import eventgen as ev
+from tests.support.cache_manager import Registry
 
 
 async def test_stats_round_trip_keeps_warm_rate_and_gap(stack: Stack, unique: str) -> None:
@@ -72,3 +73,28 @@ async def test_a_shard_flushes_its_own_versions_statistics_only(stack: Stack, un
         await pool.close()
     assert list(saved) == [mine.version_id]
     assert saved[mine.version_id].requests == 3
+
+
+async def test_a_shard_reads_its_base_models_versions_and_their_adapters_pointers(
+    stack: Stack, unique: str
+) -> None:
+    reg = Registry(stack.settings.postgres_dsn, f"sh-{unique}")
+    await reg.tenant_row()
+    bm_a, bm_b = f"base-a-{unique}", f"base-b-{unique}"
+    a = await reg.version("alpha", base_model=bm_a)
+    b = await reg.version("beta", base_model=bm_b)
+    await reg.version("beta", "v2", status="canary", base_model=bm_b)
+    tenants = frozenset({reg.tenant})
+    conn = await asyncpg.connect(stack.settings.postgres_dsn)
+    try:
+        assert await store.base_models(conn, tenants) == [bm_a, bm_b]
+        records, pointers = await store.read_registry(conn, tenants, frozenset({bm_a}))
+        everything, all_pointers = await store.read_registry(conn, tenants)
+    finally:
+        await conn.close()
+    assert [r.version_id for r in records] == [a.version_id]
+    assert list(pointers) == [a.adapter_id]  # beta's canary is shard b's to analyse
+    assert {r.version_id for r in everything} == {a.version_id, b.version_id,
+                                                 f"{b.adapter_id}@v2"}
+    assert set(all_pointers) == {a.adapter_id, b.adapter_id}
+    assert all_pointers[b.adapter_id].canary == "v2"
