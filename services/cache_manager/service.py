@@ -440,7 +440,8 @@ class CacheManagerService:
         runner = self.canary = canary_runner.CanaryRunner(
             canary.analysis_for,
             canary_runner.GrpcRegistryActions(s.registry_addr, token, tls=s.tls_files()),
-            canary_runner.PgRunStore(pool, s.cache_manager_consumer_group), CanaryWindow())
+            # runs under the shard's own key: a shard forgets the runs it has no canary for
+            canary_runner.PgRunStore(pool, self.group), CanaryWindow())
 
         def aborted(vid: str, now: float) -> None:
             core.canary_aborted(vid, now)

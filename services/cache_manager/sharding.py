@@ -22,8 +22,10 @@ Every shard leader holds, on its own database session (:class:`~.election.Leader
   ``hash()``); two base models colliding has a probability of about 2⁻⁶² per pair.
 
 Each shard commits its input offsets under its own group (:func:`shard_group`), so a shard's
-new leader resumes where the previous one of *that shard* stopped; heat statistics and the
-worker directory stay under the deployment (``CONSUMER_GROUP``), one row per version / worker.
+new leader resumes where the previous one of *that shard* stopped, and keeps its canary
+analysis runs under that group too (a shard forgets the runs it has no canary for); heat
+statistics and the worker directory stay under the deployment (``CONSUMER_GROUP``), one row
+per version / worker, each shard writing its own versions' rows.
 
 A worker serving several base models is followed by each of their shards: HOT slots are
 per base model (no overlap); its WARM bytes are one pool, each shard counting the other
