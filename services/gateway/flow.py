@@ -21,7 +21,10 @@ readings):
    the limit. So a flood of lower bands always leaves slots for the bands above it (an
    interactive request never waits for a 64-token background request to finish: the
    engine cannot preempt a running one for compute), and background keeps its own slots
-   under any interactive load. The first band in turn order that fits is served: a flood
+   under any interactive load; while interactive requests run on the worker, canary and
+   background are admitted only up to ``background_slots_with_interactive`` (2) in
+   flight, so fewer of their sequences share the engine's batch (each slows every step of
+   the interactive ones). The first band in turn order that fits is served: a flood
    at its cap never delays the bands above it, and a band whose turn has come but does
    not fit waits for a room that every band after it in its group needs too, so it gets
    the next slot that room frees (nothing starves).
@@ -86,6 +89,12 @@ class FlowConfig(BaseModel):
     """Slots of a worker only platinum interactive requests may take."""
     interactive_reserve: int = Field(default=2, ge=0)
     """Further slots only interactive requests may take (canary / background never)."""
+    background_slots_with_interactive: int = Field(default=2, ge=0)
+    """Most canary / background requests admitted to a worker while interactive requests
+    run on it (0 = no such cap; running ones finish, only admissions stop). Every request
+    in the engine's batch slows each step of the others and the engine cannot preempt for
+    compute, so while interactive requests are being served the lower classes keep fewer
+    sequences in the batch; with none running they use their whole room."""
     age_step_s: float = Field(default=DEFAULT_AGE_STEP_S, gt=0)
     """Head start of one band over the next, in seconds waited (bounds overtaking)."""
     quantum_tokens: int = Field(default=64, ge=1)
@@ -288,6 +297,11 @@ class FlowQueue(Generic[T]):
         worker's limit, and every reserve stays free of worse groups)."""
         if not self.config.max_in_flight_per_worker:
             return True
+        if (room_group(band_) == 2 and self.config.background_slots_with_interactive
+                and sum(running[:PRIORITIES_PER_CLASS])
+                and sum(running[PRIORITIES_PER_CLASS:])
+                >= self.config.background_slots_with_interactive):
+            return False
         return all(sum(running[ROOM_GROUP_START[h]:]) < self.config.cap(ROOM_GROUP_START[h])
                    for h in range(room_group(band_) + 1))
 

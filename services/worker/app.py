@@ -138,6 +138,7 @@ class WorkerApp:
             heat=self._heat_sink, state=self.state,
             default_max_tokens=settings.worker_default_max_tokens,
             default_temperature=settings.worker_default_temperature, clock=clock,
+            background_stream_tokens=settings.worker_background_stream_tokens,
         )
         self.server: GrpcServer | None = None
         self.started_at = clock()

@@ -98,6 +98,43 @@ class EngineRequest:
     priority: int = 0
     """Engine scheduling priority, lower first (vLLM ``priority`` under
     ``scheduling_policy="priority"``): the request's band, :mod:`loraplane.shared.ordering`."""
+    stream_tokens: int = 1
+    """Tokens per streamed chunk (vLLM ``stream_interval``; the first and last chunks come
+    at once): more than 1 for work nobody reads token by token (background, canary)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTiming:
+    """Where one generation spent its time inside the engine (on its last chunk).
+
+    Timestamps are the engine core's ``time.monotonic()`` (CLOCK_MONOTONIC: the same clock
+    as this process's on one host), in seconds."""
+
+    queued_at: float
+    """Entered the engine's waiting queue."""
+    scheduled_at: float
+    """First scheduled into a batch."""
+    first_token_at: float
+    """First output token."""
+    last_token_at: float
+    """Last output token."""
+    output_tokens: int = 0
+    """Tokens generated."""
+
+    @property
+    def queue_s(self) -> float:
+        """Seconds in the engine's waiting queue."""
+        return max(0.0, self.scheduled_at - self.queued_at)
+
+    @property
+    def prefill_s(self) -> float:
+        """Seconds from scheduling to the first token (prefill, with the batch it shared)."""
+        return max(0.0, self.first_token_at - self.scheduled_at)
+
+    @property
+    def decode_s(self) -> float:
+        """Seconds from the first token to the last (every decode step it shared)."""
+        return max(0.0, self.last_token_at - self.first_token_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +153,8 @@ class EngineChunk:
     """Choice the chunk belongs to (0 .. n-1)."""
     logprobs: tuple[TokenLogprob, ...] = ()
     """One per token of ``token_ids`` when the request asked for log probabilities."""
+    timing: EngineTiming | None = None
+    """On the last chunk, when the engine reports it: time in its queue, prefill, decode."""
 
 
 @runtime_checkable

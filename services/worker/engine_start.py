@@ -127,11 +127,31 @@ class StartedEngine:
     start_seconds: float
 
 
+def _request_stats_only() -> type:
+    """A stat logger that records nothing: passing it turns vLLM's per-request stats on
+    (each ``RequestOutput.metrics``: queue, prefill and decode times, which the worker
+    reports) while ``disable_log_stats`` keeps vLLM's own log and Prometheus loggers off."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class RequestStatsOnly(StatLoggerBase):
+        def __init__(self, vllm_config: object, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return RequestStatsOnly
+
+
 def _build(model_dir: Path, options: EngineOptions, env: Mapping[str, str]) -> AsyncLLM:
     os.environ.update(env)
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    return AsyncLLM.from_engine_args(engine_args(model_dir, options))
+    return AsyncLLM.from_engine_args(engine_args(model_dir, options),
+                                     stat_loggers=[_request_stats_only()])
 
 
 async def start_engine(model_dir: Path, options: EngineOptions | None = None) -> StartedEngine:

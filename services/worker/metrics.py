@@ -103,6 +103,15 @@ class WorkerMetrics(_PerRegistry):
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.engine_seconds = Histogram(
+            "loraplane_worker_engine_seconds",
+            "Time requests spent inside the engine, by request class and phase (queue: "
+            "waiting to be scheduled; prefill: scheduled to first token; decode: first to "
+            "last token, every step shared with the batch).",
+            ["base_model", "request_class", "phase"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.tokens = Counter(
             "loraplane_worker_tokens",
             "Tokens processed, by kind (prompt / output).",

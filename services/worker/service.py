@@ -29,15 +29,16 @@ from datetime import UTC, datetime
 
 import grpc
 
+from loraplane.policy.model import RequestClass
 from loraplane.shared.errors import DeadlineExceeded, LoraplaneError
 from loraplane.shared.ordering import engine_priority
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import common_pb2, events_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
-from loraplane.worker.engine import EngineRequest, Sampling, TokenLogprob
+from loraplane.worker.engine import EngineRequest, EngineTiming, Sampling, TokenLogprob
 from loraplane.worker.errors import BadRequest, BaseModelNotServed
 from loraplane.worker.guard import SafeEngine, check_rank
 from loraplane.worker.host_tier import ArtifactSpec
-from loraplane.worker.manager import TIER_NAMES, AdapterManager, Tier
+from loraplane.worker.manager import POLICY_CLASSES, TIER_NAMES, AdapterManager, Tier
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,10 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
         default_max_tokens: int = 64,
         default_temperature: float = 0.0,
         clock: Clock = _now,
+        background_stream_tokens: int = 1,
     ) -> None:
-        """``heat`` receives one ``RequestCompleted`` per request; ``state`` builds snapshots."""
+        """``heat`` receives one ``RequestCompleted`` per request; ``state`` builds snapshots;
+        ``background_stream_tokens``: tokens per chunk of background and canary requests."""
         self.manager = manager
         self.engine = engine
         self.worker_id = worker_id
@@ -89,6 +92,7 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
         self.default_max_tokens = default_max_tokens
         self.default_temperature = default_temperature
         self.clock = clock
+        self.background_stream_tokens = background_stream_tokens
 
     async def GetState(
         self, request: worker_pb2.GetStateRequest, context: grpc.aio.ServicerContext
@@ -210,6 +214,8 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
                     request_id=request.request_id, prompt=request.params.prompt,
                     sampling=sampling, adapter=lease.adapter,
                     priority=engine_priority(request.request_class, request.priority),
+                    stream_tokens=(self.background_stream_tokens
+                                   if request.request_class in WAITING_CLASSES else 1),
                 )
                 stream = self.engine.generate(engine_request)
                 finished = False
@@ -251,6 +257,8 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
                         if resolved is not None:
                             msg.resolved.CopyFrom(resolved)
                             resolved = None
+                        if chunk.timing is not None:
+                            self._record_engine_time(request.request_class, chunk.timing)
                         if chunk.finished:
                             finished = True
                             msg.finish_reason = chunk.finish_reason or "stop"
@@ -283,6 +291,13 @@ class WorkerService(worker_pb2_grpc.WorkerInternalServicer):
                 in_flight.dec()
             self._record(request, spec, labels, tier, code, started, ttft_s, prompt_tokens,
                          output_tokens)
+
+    def _record_engine_time(self, request_class: int, timing: EngineTiming) -> None:
+        m = self.manager.metrics
+        klass = POLICY_CLASSES.get(request_class, RequestClass.BACKGROUND).value
+        for phase, seconds in (("queue", timing.queue_s), ("prefill", timing.prefill_s),
+                               ("decode", timing.decode_s)):
+            m.engine_seconds.labels(self.manager.base_model, klass, phase).observe(seconds)
 
     def _first_token_timeout(self, request: worker_pb2.WorkerGenerateRequest) -> float | None:
         if not request.HasField("deadline"):

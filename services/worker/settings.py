@@ -82,6 +82,11 @@ class WorkerSettings(CommonSettings):
     """max_tokens when a request leaves it at 0."""
     worker_default_temperature: float = Field(default=0.0, ge=0)
     """Temperature when a request leaves it unset (0 = greedy)."""
+    worker_background_stream_tokens: int = Field(default=16, ge=1)
+    """Tokens per streamed chunk of background and canary requests (vLLM
+    ``stream_interval``; first and last chunk at once). Interactive requests stream every
+    token. Fewer messages per background token leave the engine's front end, the worker
+    and the gateway free for interactive requests during a flood (issue 22)."""
 
     worker_state_interval_s: float = Field(default=10.0, gt=0)
     """Period of the full WorkerState snapshot on cache.state."""

@@ -21,6 +21,7 @@ from loraplane.worker.engine import (
     EngineChunk,
     EngineLimits,
     EngineRequest,
+    EngineTiming,
     Sampling,
     TokenLogprob,
 )
@@ -58,6 +59,20 @@ def _logprobs(completion: Any, k: int | None) -> tuple[TokenLogprob, ...]:
                       for _, tid, lp in top),
         ))
     return tuple(found)
+
+
+def _timing(out: Any) -> EngineTiming | None:
+    """vLLM's per-request stats (``RequestOutput.metrics``, a ``RequestStateStats`` while
+    stats are logged, the default) as :class:`EngineTiming`; None without them."""
+    m = getattr(out, "metrics", None)
+    if m is None or not getattr(m, "scheduled_ts", 0.0) or not getattr(m, "last_token_ts", 0.0):
+        return None
+    return EngineTiming(
+        queued_at=float(m.queued_ts or m.scheduled_ts), scheduled_at=float(m.scheduled_ts),
+        first_token_at=float(m.first_token_ts or m.last_token_ts),
+        last_token_at=float(m.last_token_ts),
+        output_tokens=int(getattr(m, "num_generation_tokens", 0) or 0),
+    )
 
 
 class VllmEngine:
@@ -145,7 +160,8 @@ class VllmEngine:
             raise self._failure("list_loras", exc) from exc
 
     @staticmethod
-    def _params(s: Sampling, sampling_params: Any, output_kind: Any) -> Any:
+    def _params(s: Sampling, sampling_params: Any, output_kind: Any,
+                stream_tokens: int = 1) -> Any:
         """vLLM's ``SamplingParams`` of one request (raises on values vLLM refuses)."""
         return sampling_params(
             n=s.n,
@@ -159,6 +175,7 @@ class VllmEngine:
             frequency_penalty=s.frequency_penalty,
             logit_bias=dict(s.logit_bias) or None,
             output_kind=output_kind,
+            stream_interval=stream_tokens if stream_tokens > 1 else None,
         )
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineChunk]:
@@ -170,7 +187,8 @@ class VllmEngine:
 
         s = request.sampling
         try:
-            params = self._params(s, SamplingParams, RequestOutputKind.DELTA)
+            params = self._params(s, SamplingParams, RequestOutputKind.DELTA,
+                                  request.stream_tokens)
         except (VLLMClientError, ValueError) as exc:  # e.g. n > 1 with greedy sampling
             raise BadRequest(f"engine refused request {request.request_id}: {exc}") from exc
         stream = self._llm.generate(
@@ -185,6 +203,7 @@ class VllmEngine:
                 # DELTA with n > 1: each output holds the new tokens of one choice (its
                 # ``index``); ``out.finished`` once every choice has ended
                 last = len(out.outputs) - 1
+                timing = _timing(out) if out.finished else None
                 for i, completion in enumerate(out.outputs):
                     yield EngineChunk(
                         text=completion.text,
@@ -194,6 +213,7 @@ class VllmEngine:
                         prompt_tokens=len(out.prompt_token_ids or ()),
                         index=completion.index,
                         logprobs=_logprobs(completion, s.logprobs),
+                        timing=timing if i == last else None,
                     )
         except EngineDeadError as exc:
             raise EngineDead(f"engine died during request {request.request_id}: {exc}") from exc

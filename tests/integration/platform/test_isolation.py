@@ -29,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,11 @@ from prometheus_client import CollectorRegistry
 from loraplane.devkit.builder import build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.flow import FlowConfig
+from loraplane.shared.ordering import band, overtaking_bound_s, wait_bound_s
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
+from loraplane.worker.engine import EngineChunk, EngineRequest, EngineTiming
 from loraplane.worker.vllm_engine import VllmEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -68,6 +71,11 @@ AGE_STEP_S = 0.5
 """The gateway's ageing step here (background overtaken for at most (10 - 1) x 0.5 s)."""
 BACKGROUND_WAIT_S = 30.0
 """Longest queue wait of a background request (its budget)."""
+SATURATE = 16
+"""Closed-loop interactive streams that saturate the worker (no starvation test)."""
+BURST = FlowConfig().background_slots_with_interactive
+"""Background requests sent at once beside them: as many as may run beside interactive
+requests."""
 
 
 @dataclass
@@ -78,10 +86,70 @@ class Outcomes:
     refusals: list[tuple[grpc.StatusCode, str]] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
     """Every request's wall time, answered or refused."""
+    answered: list[tuple[str, float, float]] = field(default_factory=list)
+    """(worker request id, sent, answered) of every answered request (monotonic clock)."""
 
     def pct(self, q: float) -> float:
         xs = sorted(self.latencies)
         return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000.0
+
+
+@dataclass
+class _Seen:
+    """What the engine saw of one request (monotonic clock, this host)."""
+
+    band: int
+    called_at: float
+    """The worker called the engine."""
+    others_running: int
+    """Requests of other bands inside the engine at that moment."""
+    timing: EngineTiming | None = None
+    returned_at: float = 0.0
+    """The worker got the last chunk."""
+
+
+class RecordingEngine:
+    """The real engine, with a record of each generation's timeline (where a request's
+    latency goes: before the engine, its queue, prefill, decode, after it)."""
+
+    def __init__(self, inner: VllmEngine) -> None:
+        self.inner = inner
+        self.seen: dict[str, _Seen] = {}
+        self._running: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineChunk]:
+        rec = _Seen(request.priority, time.monotonic(),
+                    sum(1 for b in self._running.values() if b != request.priority))
+        self.seen[request.request_id] = rec
+        self._running[request.request_id] = request.priority
+        try:
+            async for chunk in self.inner.generate(request):
+                if chunk.timing is not None:
+                    rec.timing = chunk.timing
+                if chunk.finished:
+                    rec.returned_at = time.monotonic()
+                yield chunk
+        finally:
+            self._running.pop(request.request_id, None)
+
+
+PHASES = ("to_engine", "engine_queue", "prefill", "decode", "from_engine", "to_client")
+"""Where a request's time goes: gateway + worker before the engine call (and the engine's
+front end), the engine's waiting queue, prefill, decode, the engine front end's output
+path to the worker, worker + gateway + client after it."""
+
+
+def _phases(seen: _Seen, sent: float, answered: float) -> dict[str, float] | None:
+    t = seen.timing
+    if t is None or not seen.returned_at:
+        return None
+    return {"to_engine": t.queued_at - sent, "engine_queue": t.queue_s,
+            "prefill": t.prefill_s, "decode": t.decode_s,
+            "from_engine": seen.returned_at - t.last_token_at,
+            "to_client": answered - seen.returned_at}
 
 
 @dataclass
@@ -90,6 +158,7 @@ class Iso:
     keys: dict[str, str]
     tenants: dict[str, str]
     channel: grpc.aio.Channel
+    engine: RecordingEngine
     figures: dict[str, dict[str, float]] = field(default_factory=dict)
     """What ``_report`` measured, written to ``.loraplane/bench/isolation.json`` at the end
     (``make bench-isolation``)."""
@@ -102,13 +171,20 @@ async def iso(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
     demo = build_demo()
     async with control_plane(stack, work, demo, name="iso", unique=unique,
                              actor="ci/isolation") as cp:
-        ws = worker_settings(stack, demo, work, f"w-iso-{unique}")
-        engine = await VllmEngine.start(demo.base_model.dir, ws.engine_options())
+        # LORAPLANE_ISOLATION_BASELINE=1: figures side by side with the flow's background
+        # cap beside interactive requests and background streaming in chunks both off
+        baseline = bool(os.environ.get("LORAPLANE_ISOLATION_BASELINE"))
+        ws = worker_settings(stack, demo, work, f"w-iso-{unique}",
+                             **({"worker_background_stream_tokens": 1} if baseline else {}))
+        engine = RecordingEngine(await VllmEngine.start(demo.base_model.dir,
+                                                        ws.engine_options()))
         worker = WorkerApp(ws, engine, registry=CollectorRegistry())
         await worker.start()
         gateway = GatewayApp(
             gateway_settings(stack, cp, demo, instance_id=f"gw-iso-{unique}",
-                             flow=FlowConfig(age_step_s=AGE_STEP_S)),
+                             flow=FlowConfig(age_step_s=AGE_STEP_S, **(
+                                 {"background_slots_with_interactive": 0} if baseline
+                                 else {}))),
             registry=CollectorRegistry(), serve_metrics=False,
         )
         await gateway.start()
@@ -135,14 +211,15 @@ async def iso(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
 
         await eventually(seen, timeout_s=60)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}")
-        it = Iso(gateway, keys, tenants, channel)
+        it = Iso(gateway, keys, tenants, channel, engine)
         try:
             yield it
         finally:
             if it.figures:
                 out = Path(__file__).resolve().parents[3] / ".loraplane" / "bench"
                 out.mkdir(parents=True, exist_ok=True)
-                (out / "isolation.json").write_text(json.dumps(it.figures, indent=2) + "\n")
+                name = "isolation-baseline.json" if baseline else "isolation.json"
+                (out / name).write_text(json.dumps(it.figures, indent=2) + "\n")
             await channel.close()
             await gateway.stop(1)
             await worker.stop()
@@ -156,18 +233,20 @@ async def _one(stub: Any, key: str, klass: int, tokens: int, out: Outcomes) -> f
     req = inference_pb2.GenerateRequest(adapter="base", prompt="Hello, how are you?",
                                         max_tokens=tokens, request_class=klass)  # type: ignore[arg-type]
     t0 = time.monotonic()
+    rid = ""
     try:
-        async for _ in stub.Generate(req, metadata=(("authorization", f"Bearer {key}"),),
-                                     timeout=120):
-            pass
+        async for msg in stub.Generate(req, metadata=(("authorization", f"Bearer {key}"),),
+                                       timeout=120):
+            rid = rid or msg.resolved.request_id
     except grpc.aio.AioRpcError as err:
         out.durations.append(time.monotonic() - t0)
         out.refusals.append((err.code(), err.details() or ""))
         retry = dict(err.trailing_metadata() or ()).get("retry-after-ms", "1000")
         return int(retry) / 1000.0
-    dt = time.monotonic() - t0
-    out.latencies.append(dt)
-    out.durations.append(dt)
+    t1 = time.monotonic()
+    out.latencies.append(t1 - t0)
+    out.durations.append(t1 - t0)
+    out.answered.append((rid, t0, t1))
     return 0.0
 
 
@@ -215,13 +294,54 @@ def _wait_sum(iso: Iso, who: str, klass: str) -> tuple[float, float]:
     return s, n
 
 
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000.0 if xs else float("nan")
+
+
+def _breakdown(iso: Iso, out: Outcomes) -> dict[str, float]:
+    """p50 / p99 (ms) of each phase of ``out``'s answered requests, the p99 request's
+    phases, and the mean number of other bands' requests in the engine at their call."""
+    rows = []
+    others = []
+    for rid, sent, answered in out.answered:
+        seen = iso.engine.seen.get(rid)
+        ph = _phases(seen, sent, answered) if seen is not None else None
+        if ph is not None:
+            rows.append((answered - sent, ph))
+            others.append(seen.others_running)  # type: ignore[union-attr]
+    fig: dict[str, float] = {}
+    if not rows:
+        return fig
+    for p in PHASES:
+        fig[f"{p}_p50_ms"] = _pct([ph[p] for _, ph in rows], 0.5)
+        fig[f"{p}_p99_ms"] = _pct([ph[p] for _, ph in rows], 0.99)
+    rows.sort(key=lambda r: r[0])
+    tail = rows[min(len(rows) - 1, int(0.99 * len(rows)))][1]
+    for p in PHASES:
+        fig[f"p99_request_{p}_ms"] = tail[p] * 1000.0
+    fig["others_in_engine_mean"] = sum(others) / len(others)
+    return fig
+
+
 def _report(iso: Iso, name: str, alone: Outcomes, loaded: Outcomes) -> None:
     iso.figures[name] = {
         "alone_p50_ms": alone.pct(0.5), "alone_p99_ms": alone.pct(0.99),
         "loaded_p50_ms": loaded.pct(0.5), "loaded_p99_ms": loaded.pct(0.99),
         "p99_ratio": loaded.pct(0.99) / alone.pct(0.99),
         "samples": float(len(loaded.latencies)),
+        "load_average_1m": os.getloadavg()[0],
+        **{f"alone_{k}": v for k, v in _breakdown(iso, alone).items()},
+        **{f"loaded_{k}": v for k, v in _breakdown(iso, loaded).items()},
     }
+    for phase_of, out in (("alone", alone), ("loaded", loaded)):
+        b = _breakdown(iso, out)
+        if b:
+            print(f"\n[measure] {name}, {phase_of}: " + ", ".join(
+                f"{p} p50 {b[f'{p}_p50_ms']:.0f} / p99 {b[f'{p}_p99_ms']:.0f} ms"
+                for p in PHASES) + "; p99 request: " + ", ".join(
+                f"{p} {b[f'p99_request_{p}_ms']:.0f}" for p in PHASES)
+                + f" ms; other bands in the engine {b['others_in_engine_mean']:.1f}")
     print(f"\n[measure] {name}: alone p50 {alone.pct(0.5):.0f} ms p99 {alone.pct(0.99):.0f} ms "
           f"({len(alone.latencies)} answered); loaded p50 {loaded.pct(0.5):.0f} ms p99 "
           f"{loaded.pct(0.99):.0f} ms ({len(loaded.latencies)} answered); p99 ratio "
@@ -301,25 +421,58 @@ async def test_platinum_unaffected_when_every_other_tenant_floods(iso: Iso) -> N
 
 
 async def test_background_not_starved_under_saturating_interactive_load(iso: Iso) -> None:
-    saturate = Flood(iso, "acme", 16, INTERACTIVE, 8)
+    saturate = Flood(iso, "acme", SATURATE, INTERACTIVE, 8)
     await asyncio.sleep(2.0)
     flow = iso.gateway.gateway.flow
     assert flow is not None
     wid = next(iter(flow._workers))
     assert flow.waiting(wid) > 0, "the interactive load did not saturate the worker"
+    queue = flow._workers[wid].queue
+    admitted: list[tuple[int, float, str]] = []  # (band, arrived, tenant) in admission order
+    pop_next = queue.pop_next
+
+    def recording_pop_next(running: Sequence[int]) -> Any:
+        w = pop_next(running)
+        if w is not None:
+            admitted.append((w.band, w.enqueued_at, w.tenant))
+        return w
+
+    queue.pop_next = recording_pop_next  # type: ignore[method-assign]
     stub = inference_pb2_grpc.InferenceStub(iso.channel)
     bg = Outcomes()
     before = _wait_sum(iso, "globex", "background")
-    await asyncio.gather(*(_one(stub, iso.keys["globex"], BACKGROUND, 64, bg)
-                           for _ in range(4)))
+    try:
+        await asyncio.gather(*(_one(stub, iso.keys["globex"], BACKGROUND, 64, bg)
+                               for _ in range(BURST)))
+    finally:
+        queue.pop_next = pop_next  # type: ignore[method-assign]
     after = _wait_sum(iso, "globex", "background")
     acme = await saturate.stop()
     waited = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+    gold, silver_bg = band(INTERACTIVE, common_pb2.PRIORITY_GOLD), band(
+        BACKGROUND, common_pb2.PRIORITY_SILVER)
+    window = overtaking_bound_s(silver_bg, AGE_STEP_S) - overtaking_bound_s(gold, AGE_STEP_S)
+    slots = FlowConfig().cap(gold)
+    bound = wait_bound_s(silver_bg, overtaker_band=gold, ahead=SATURATE - slots + BURST - 1,
+                         slots=slots, longest_s=max(acme.durations), age_step_s=AGE_STEP_S)
+    iso.figures["background under saturating interactive load"] = {
+        "mean_wait_s": waited, "overtaking_window_s": window, "wait_bound_s": bound,
+        "longest_interactive_s": max(acme.durations), "load_average_1m": os.getloadavg()[0],
+    }
     print(f"\n[measure] background under saturating interactive load: {len(bg.latencies)} "
-          f"answered, mean queue wait {waited:.2f} s (ageing bound {(10 - 1) * AGE_STEP_S:.1f} s), "
-          f"longest {max(bg.durations):.1f} s; "
-          f"acme {len(acme.latencies)} answered meanwhile")
-    assert not bg.refusals and len(bg.latencies) == 4  # admitted: not starved
+          f"answered, mean queue wait {waited:.2f} s (overtaking window {window:.1f} s; wait "
+          f"bound {bound:.2f} s = window + ceil(({SATURATE} - {slots} + {BURST}) / {slots}) x "
+          f"the longest interactive request, {max(acme.durations):.2f} s), longest "
+          f"{max(bg.durations):.1f} s; acme {len(acme.latencies)} answered meanwhile")
+    assert not bg.refusals and len(bg.latencies) == BURST  # admitted: not starved
     within, waits = _waits_within(iso, "globex", "background", BACKGROUND_WAIT_S)
     assert within == waits  # within its budget
     assert waited > 0.0  # it did wait: the older interactive requests went first
+    # the documented ageing guarantee, exactly: every request admitted before a background
+    # request that arrived after it arrived within its overtaking window
+    ours = [i for i, (b, _, t) in enumerate(admitted) if t == iso.tenants["globex"]]
+    assert len(ours) == BURST, admitted
+    for i in ours:
+        arrived = admitted[i][1]
+        late = [a for _, a, _ in admitted[:i] if a > arrived + window]
+        assert not late, (arrived, late)

@@ -122,17 +122,19 @@ def test_background_wait_is_within_the_documented_bound(
 ) -> None:
     """``clients`` closed-loop gold interactive streams saturate a worker (each sends its
     next request as its previous one ends; every request holds its slot between half and
-    all of ``longest``); bursts of four silver background requests arrive. Simulated with
+    all of ``longest``); bursts of silver background requests arrive, as many as
+    background may run beside interactive requests (2). Simulated with
     an injected clock: every background request is overtaken only by requests that
     arrived within its window ``(10 - 1) * step``, and waits at most
     :func:`wait_bound_s` (the window, then one slot for each request still ahead of it:
-    the other clients' waiting requests and the earlier ones of its burst)."""
+    the other clients' waiting requests and the earlier one of its burst)."""
     import heapq
     import random
 
     rnd = random.Random(seed)
     cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
                      age_step_s=step)
+    burst = cfg.background_slots_with_interactive
     q: FlowQueue[tuple[str, float]] = FlowQueue(cfg)
     gold, bg = band(INTERACTIVE, GOLD), band(BACKGROUND, SILVER)
     slots = cfg.cap(gold)  # the room the background requests share with gold interactive
@@ -158,7 +160,7 @@ def test_background_wait_is_within_the_documented_bound(
     while now < until:
         if bursts and bursts[0] <= ends[0][0]:
             now = bursts.pop(0)
-            for _ in range(4):
+            for _ in range(burst):
                 q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64,
                        now=now, payload=("bg", now))
         else:
@@ -169,10 +171,11 @@ def test_background_wait_is_within_the_documented_bound(
                        now=now, payload=("i", now))
         admit()
     window = overtaking_bound_s(bg, step) - overtaking_bound_s(gold, step)
-    bound = wait_bound_s(bg, overtaker_band=gold, ahead=clients - slots + 3, slots=slots,
+    bound = wait_bound_s(bg, overtaker_band=gold, ahead=clients - slots + burst - 1,
+                         slots=slots,
                          longest_s=longest, age_step_s=step)
     bgs = [(i, a) for i, a in enumerate(admitted) if a[3] == "bg"]
-    assert len(bgs) == 16  # every one admitted: none starved
+    assert len(bgs) == 4 * burst  # every one admitted: none starved
     for i, (at, _, arrived, _) in bgs:
         assert at - arrived <= bound, (arrived, at - arrived, bound)
         overtakers = [a[2] for a in admitted[:i] if a[2] > arrived]
@@ -184,6 +187,32 @@ def test_background_wait_is_within_the_documented_bound(
 def test_wait_bound_refuses_nonsense() -> None:
     with pytest.raises(ValueError, match="slots >= 1"):
         wait_bound_s(10, overtaker_band=1, ahead=0, slots=0, longest_s=1.0)
+
+
+def test_background_keeps_fewer_slots_while_interactive_requests_run() -> None:
+    """With interactive requests in flight, background is admitted up to
+    ``background_slots_with_interactive``; with none, up to its whole room."""
+    cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
+                     background_slots_with_interactive=2)
+    q: FlowQueue[str] = FlowQueue(cfg)
+    running = _idle()
+    running[band(INTERACTIVE, GOLD)] = 1
+    for i in range(8):
+        q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64,
+               now=i * 0.001, payload=f"bg{i}")
+    assert _admit_all(q, running) == ["bg0", "bg1"]
+    q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=0.1,
+           payload="gold")
+    assert _admit_all(q, running) == ["gold"]  # interactive is not held back by it
+    running[band(INTERACTIVE, GOLD)] = 0  # the interactive requests ended
+    assert _admit_all(q, running) == ["bg2", "bg3"]  # the whole room (limit - reserves)
+    off = FlowQueue(FlowConfig(background_slots_with_interactive=0))
+    busy = _idle()
+    busy[band(INTERACTIVE, GOLD)] = 1
+    for i in range(8):
+        off.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64,
+                 now=i * 0.001, payload=f"bg{i}")
+    assert len(_admit_all(off, busy)) == 4  # no such cap: the room alone
 
 
 def test_headroom_keeps_slots_for_interactive_and_platinum() -> None:
@@ -212,7 +241,7 @@ def test_an_aged_band_full_of_its_own_requests_does_not_hold_the_line() -> None:
     its cap with its own requests: holding the line could not help it, so acme's
     interactive request is admitted at once (the quiet tenant never waits)."""
     cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
-                     age_step_s=0.5)
+                     age_step_s=0.5, background_slots_with_interactive=0)  # rooms alone
     q: FlowQueue[str] = FlowQueue(cfg)
     running = _idle()
     running[band(BACKGROUND, SILVER)] = 4
@@ -232,7 +261,7 @@ def test_an_aged_band_kept_out_by_better_bands_of_its_group_is_served_first() ->
     has come: newer gold background requests no longer overtake it, while interactive
     requests (slots it could not use) still go on."""
     cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
-                     age_step_s=0.5)
+                     age_step_s=0.5, background_slots_with_interactive=0)  # rooms alone
     q: FlowQueue[str] = FlowQueue(cfg)
     running = _idle()
     running[band(BACKGROUND, GOLD)] = 4
