@@ -135,3 +135,64 @@ async def test_out_of_range_values_are_invalid_argument(app: WorkerApp, params: 
         await call(app, base_request(**params))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert named in (err.value.details() or "")
+
+
+async def test_background_streams_in_chunks_interactive_every_token(app: WorkerApp) -> None:
+    """Background and canary requests reach the engine with the worker's
+    ``worker_background_stream_tokens`` (16) tokens per chunk; interactive ones with 1."""
+    from loraplane.v1 import common_pb2
+
+    engine = app.engine.inner
+    assert isinstance(engine, Recording)
+    for klass, tokens in ((common_pb2.REQUEST_CLASS_INTERACTIVE, 1),
+                          (common_pb2.REQUEST_CLASS_BACKGROUND, 16),
+                          (common_pb2.REQUEST_CLASS_CANARY, 16),
+                          (common_pb2.REQUEST_CLASS_UNSPECIFIED, 1)):
+        req = base_request()
+        req.request_id = f"r-{klass}"
+        req.request_class = klass
+        await call(app, req)
+        assert engine.requests[-1].stream_tokens == tokens, klass
+
+
+def test_vllm_request_stats_become_engine_timing() -> None:
+    """vLLM's ``RequestOutput.metrics`` (engine-core monotonic timestamps) → the phases;
+    no stats (vLLM's stats off, or a request never scheduled) → no timing."""
+    from types import SimpleNamespace
+
+    from loraplane.worker.engine import EngineTiming
+    from loraplane.worker.vllm_engine import _timing
+
+    stats = SimpleNamespace(queued_ts=10.0, scheduled_ts=10.25, first_token_ts=10.5,
+                            last_token_ts=11.5, num_generation_tokens=8)
+    t = _timing(SimpleNamespace(metrics=stats))
+    assert t == EngineTiming(10.0, 10.25, 10.5, 11.5, 8)
+    assert (t.queue_s, t.prefill_s, t.decode_s) == (0.25, 0.25, 1.0)
+    assert _timing(SimpleNamespace(metrics=None)) is None
+    assert _timing(SimpleNamespace(metrics=SimpleNamespace(
+        queued_ts=10.0, scheduled_ts=0.0, first_token_ts=0.0, last_token_ts=0.0))) is None
+
+
+async def test_engine_timing_is_recorded_by_class_and_phase(app: WorkerApp) -> None:
+    """The last chunk's timing lands in ``loraplane_worker_engine_seconds``."""
+    from loraplane.worker.engine import EngineChunk, EngineTiming
+
+    engine = app.engine.inner
+    assert isinstance(engine, Recording)
+    timing = EngineTiming(1.0, 1.5, 2.0, 4.0, 3)
+    plain = NullEngine.generate
+
+    async def timed(self: NullEngine, request: EngineRequest) -> AsyncIterator[EngineChunk]:
+        async for chunk in plain(self, request):
+            if chunk.finished:
+                chunk = EngineChunk(chunk.text, chunk.token_ids, True, chunk.finish_reason,
+                                    chunk.prompt_tokens, timing=timing)
+            yield chunk
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(NullEngine, "generate", timed)
+        await call(app, base_request())
+    reg = app.metrics_registry
+    for phase, seconds in (("queue", 0.5), ("prefill", 0.5), ("decode", 2.0)):
+        labels = {"base_model": BASE, "request_class": "interactive", "phase": phase}
+        assert reg.get_sample_value("loraplane_worker_engine_seconds_sum", labels) == seconds
