@@ -19,9 +19,15 @@ Asserted (deterministic properties, not timing ratios): the quiet tenant is neve
 and never waits in the gateway's queue (the headroom its band has: admission is
 synchronous); the flooder's requests are all answered or refused with 429 naming its
 ``max_in_flight`` quota, none waits past its class's 30 s; background requests under
-saturating interactive load are admitted (ageing) and answered within their budget. The
+saturating interactive load are admitted (ageing) and answered within their budget, and
+every request admitted before one of them that arrived after it arrived within its
+overtaking window (the documented guarantee, on the recorded admission order). The
 p50 / p99 figures and ratios are printed (``[measure]``, run with ``-s``) and written to
-``.loraplane/bench/isolation.json`` (``make bench-isolation``).
+``.loraplane/bench/isolation.json`` (``make bench-isolation``), with where each quiet
+request's time went (a recording engine: before the engine, its queue, prefill, decode,
+after it) and the load average. ``LORAPLANE_ISOLATION_BASELINE=1`` runs with the flow's
+background cap beside interactive requests and background streaming in chunks off
+(``isolation-baseline.json``), for figures side by side.
 """
 
 from __future__ import annotations
