@@ -44,7 +44,7 @@ async def serve(
     """Serve ``/metrics`` and the read API, and stand by / lead until SIGINT or SIGTERM."""
     start_metrics_server(settings.cache_manager_metrics_port, addr=settings.cache_manager_bind)
     service = ShardedCacheManager(settings, rules, policy_config)
-    api = CacheManagerApi(lambda: service.core, settings.instance)
+    api = CacheManagerApi(lambda: service.core, settings.instance, cores=service.cores)
     credentials, interceptors = server_security(settings.tls_files(), AUTHZ_RULES)
     server = build_server(
         [Service(cache_pb2_grpc.add_CacheManagerServicer_to_server, api,

@@ -30,8 +30,13 @@ MAX_DECISIONS = 2000
 class CacheManagerApi(cache_pb2_grpc.CacheManagerServicer):
     """Answers from the leader's live core."""
 
-    def __init__(self, core: Callable[[], CacheCore | None], instance: str) -> None:
+    def __init__(self, core: Callable[[], CacheCore | None], instance: str, *,
+                 cores: Callable[[], list[CacheCore]] | None = None) -> None:
+        """``core``: the core workers and placements are read from (None: standby);
+        ``cores``: every core the process leads (one per shard), whose decisions
+        ``ListDecisions`` merges (default: ``core`` alone)."""
         self._core = core
+        self._cores = cores
         self.instance = instance
 
     def _live(self) -> CacheCore:
@@ -98,8 +103,11 @@ class CacheManagerApi(cache_pb2_grpc.CacheManagerServicer):
         if request.adapter_name and not request.tenant_id:
             raise InvalidArgument("adapter_name needs tenant_id")
         limit = min(request.limit or DEFAULT_DECISIONS, MAX_DECISIONS)
-        entries = core.decisions.recent(
+        cores = self._cores() if self._cores is not None else [core]
+        entries = [e for c in (cores or [core]) for e in c.decisions.recent(
             limit, worker_id=request.worker_id, tenant_id=request.tenant_id,
             adapter_name=request.adapter_name,
-        )
+        )]
+        if len(cores) > 1:  # several shards: newest first across them (ids are per shard)
+            entries = sorted(entries, key=lambda e: e.at, reverse=True)[:limit]
         return cache_pb2.ListDecisionsResponse(decisions=[decision_proto(e) for e in entries])

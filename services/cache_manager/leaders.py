@@ -9,7 +9,9 @@ runs the one service of the deployment, as before.
 
 The read API, the placement page and the scrape-time gauges show one core: the first shard
 (by name) this process leads. Every shard follows every worker, so workers and placements
-are whole there; decisions and pending commands are that shard's.
+are whole there; ``ListDecisions`` merges the decisions of every shard it leads (newest
+first; decision ids are per shard); the page's moves and the pending-commands gauge are the
+first shard's.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class ShardedCacheManager:
             if core is not None:
                 return core
         return None
+
+    def cores(self) -> list[CacheCore]:
+        """The cores of every shard this process leads now, by shard name."""
+        return [c for name in sorted(self.services)
+                if (c := self.services[name].core) is not None]
 
     def _service(self, shard: str | None) -> CacheManagerService:
         svc = CacheManagerService(self.settings, self.rules, self.policy_config,

@@ -152,3 +152,22 @@ async def test_cli_status_and_placement(api: tuple[object, dict[str, object]],
     assert lines[0].startswith("w1") and "HOT" in lines[0] and "WARM" in lines[1]
     missing = await asyncio.to_thread(runner.invoke, app, ["placement", "bad-id", "--addr", addr])
     assert missing.exit_code != 0
+
+
+async def test_decisions_of_every_shard_a_process_leads_are_merged_newest_first() -> None:
+    """A process leading several shards answers ListDecisions from all their cores."""
+    first, second = core_with_state(), core_with_state()
+    spec = CommandSpec(CommandKind.DEMOTE, "w2", B.version_id, "idle", source="test")
+    for i, core in enumerate((first, second, first)):
+        core.decisions.record(spec, B, f"late-{i}", Tier.HOT, T0 + 10 + i)
+    cores = [first, second]
+    api = CacheManagerApi(lambda: first, "test-instance", cores=lambda: cores)
+    resp = await api.ListDecisions(cache_pb2.ListDecisionsRequest(limit=3), None)  # type: ignore[arg-type]
+    assert [d.command_id for d in resp.decisions] == ["late-2", "late-1", "late-0"]
+    everything = await api.ListDecisions(cache_pb2.ListDecisionsRequest(limit=100), None)  # type: ignore[arg-type]
+    assert len(everything.decisions) == len(first.decisions) + len(second.decisions)
+    ats = [d.at.ToNanoseconds() for d in everything.decisions]
+    assert ats == sorted(ats, reverse=True)
+    alone = CacheManagerApi(lambda: first, "test-instance")
+    resp = await alone.ListDecisions(cache_pb2.ListDecisionsRequest(limit=100), None)  # type: ignore[arg-type]
+    assert len(resp.decisions) == len(first.decisions)
