@@ -447,6 +447,9 @@ async def test_background_not_starved_under_saturating_interactive_load(iso: Iso
     stub = inference_pb2_grpc.InferenceStub(iso.channel)
     bg = Outcomes()
     before = _wait_sum(iso, "globex", "background")
+    # this test's waits only: the platinum test's globex flood may have been refused at its
+    # wait limit (observed a hair past 30 s) in the same histogram
+    within0, waits0 = _waits_within(iso, "globex", "background", BACKGROUND_WAIT_S)
     try:
         await asyncio.gather(*(_one(stub, iso.keys["globex"], BACKGROUND, 64, bg)
                                for _ in range(BURST)))
@@ -472,7 +475,7 @@ async def test_background_not_starved_under_saturating_interactive_load(iso: Iso
           f"{max(bg.durations):.1f} s; acme {len(acme.latencies)} answered meanwhile")
     assert not bg.refusals and len(bg.latencies) == BURST  # admitted: not starved
     within, waits = _waits_within(iso, "globex", "background", BACKGROUND_WAIT_S)
-    assert within == waits  # within its budget
+    assert waits - waits0 == BURST and within - within0 == BURST  # within its budget
     assert waited > 0.0  # it did wait: the older interactive requests went first
     # the documented ageing guarantee, exactly: every request admitted before a background
     # request that arrived after it arrived within its overtaking window
