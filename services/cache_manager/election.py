@@ -51,6 +51,10 @@ class LeaderLock:
         deployment key: :mod:`~loraplane.cache_manager.sharding`); None: the key alone."""
         self.check_timeout_s = check_timeout_s
         self._conn: asyncpg.Connection | None = None
+        self._checking = asyncio.Lock()
+        # the round (before its commands) and the housekeeping loop both check: one
+        # connection runs one query at a time, and asyncpg refuses a second one ("another
+        # operation is in progress"), which must not read as a lost lock
 
     @property
     def held(self) -> bool:
@@ -93,7 +97,12 @@ class LeaderLock:
         return False
 
     async def still_held(self) -> bool:
-        """Whether the lock session is alive (a round trip on it); drops it when not."""
+        """Whether the lock session is alive (a round trip on it); drops it when not.
+        Concurrent callers take turns on the one session."""
+        async with self._checking:
+            return await self._check()
+
+    async def _check(self) -> bool:
         conn = self._conn
         if conn is None:
             return False
