@@ -120,6 +120,8 @@ class HeatEmitter:
         self._max_pending = max_pending
         self._pending: dict[tuple[str, str], list[Completion]] = {}
         self._count = 0
+        self._in_flight = 0
+        """Completions taken by a flush and not yet published or put back."""
         self.dropped = 0
         """Completions dropped because too many were pending."""
         self.published = 0
@@ -129,8 +131,8 @@ class HeatEmitter:
 
     @property
     def pending(self) -> int:
-        """Completions waiting to be published."""
-        return self._count
+        """Completions waiting to be published (those a flush is publishing included)."""
+        return self._count + self._in_flight
 
     def record(self, completion: Completion) -> None:
         """Remember a completion (O(1); drops and counts when too many are pending).
@@ -182,20 +184,33 @@ class HeatEmitter:
         re-raised after the other batches were tried.
         """
         pending, self._pending, self._count = self._pending, {}, 0
+        chunks = [(key, items[start : start + self._max_batch])
+                  for key, items in pending.items()
+                  for start in range(0, len(items), self._max_batch)]
+        self._in_flight += sum(len(items) for items in pending.values())
         sent = 0
         error: BaseException | None = None
-        for key, items in pending.items():
-            for start in range(0, len(items), self._max_batch):
-                chunk = items[start : start + self._max_batch]
+        done = 0
+        try:
+            for key, chunk in chunks:
                 try:
                     await self._publisher.publish(topics.ADAPTER_HEAT, self._batch(key, chunk))
                 except Exception as exc:  # noqa: BLE001 - retried on the next flush
                     error = exc
+                    self._in_flight -= len(chunk)
                     for c in chunk:
                         self._keep(c)
+                    done += 1
                     continue
+                self._in_flight -= len(chunk)
+                self.published += len(chunk)
                 sent += len(chunk)
-        self.published += sent
+                done += 1
+        finally:
+            for _key, chunk in chunks[done:]:  # cancelled mid-flush: kept for the next one
+                self._in_flight -= len(chunk)
+                for c in chunk:
+                    self._keep(c)
         if error is not None:
             raise error
         return sent

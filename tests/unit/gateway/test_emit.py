@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 
 from google.protobuf.message import Message
@@ -123,6 +125,56 @@ async def test_every_recorded_completion_ends_published_or_dropped() -> None:
         assert heat.recorded == heat.published + heat.dropped + heat.pending
     assert await heat.flush() == 4
     assert (heat.recorded, heat.published, heat.dropped, heat.pending) == (6, 4, 2, 0)
+
+
+class Gated(Recorder):
+    """A publish that waits for the broker's answer until ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.waiting = 0
+
+    async def publish(self, topic: str, msg: Message) -> None:
+        self.waiting += 1
+        await self.gate.wait()
+        await super().publish(topic, msg)
+
+
+async def test_completions_a_flush_is_publishing_still_count_as_pending() -> None:
+    """``recorded == published + dropped + pending`` holds while a flush waits on the
+    broker too (the outage test saw pending 0 with 9 completions neither published nor
+    dropped: the flush had taken them)."""
+    rec = Gated()
+    heat = HeatEmitter(rec, producer="gateway/t", source_id="g", max_batch=2)
+    for i in range(5):
+        heat.record(completion("support", i))
+    flush = asyncio.create_task(heat.flush())
+    while not rec.waiting:
+        await asyncio.sleep(0)
+    heat.record(completion("code", 9))  # recorded while the flush runs
+    assert heat.pending == 6 and heat.published == 0
+    assert heat.recorded == heat.published + heat.dropped + heat.pending
+    rec.gate.set()
+    assert await flush == 5
+    assert (heat.published, heat.pending) == (5, 1)
+    assert heat.recorded == heat.published + heat.dropped + heat.pending
+
+
+async def test_a_cancelled_flush_keeps_what_it_had_not_published() -> None:
+    rec = Gated()
+    heat = HeatEmitter(rec, producer="gateway/t", source_id="g", max_batch=2)
+    for i in range(5):
+        heat.record(completion("support", i))
+    flush = asyncio.create_task(heat.flush())
+    while not rec.waiting:
+        await asyncio.sleep(0)
+    flush.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await flush
+    assert (heat.pending, heat.published) == (5, 0)
+    rec.gate.set()
+    assert await heat.flush() == 5 and heat.pending == 0
 
 
 async def test_prewarm_queue_is_bounded_while_kafka_is_away() -> None:
