@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaProducer
 from loraplane.admission.metrics import AdmissionMetrics
 from loraplane.admission.service import Admitter, DependencyDown
 from loraplane.admission.settings import AdmissionSettings
+from loraplane.shared.aio import close_within
 from loraplane.shared.codec import CodecError, decode_as, encode, kafka_headers
 from loraplane.shared.consumer import Consumer, ConsumerLoop, group_consumer
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, topic_spec
@@ -106,7 +107,7 @@ class ReleaseConsumer:
     async def _close(self, _consumer: object) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
-            await asyncio.wait_for(producer.stop(), 5)
+            await close_within(producer.stop(), 5, "verdict producer stop")
 
     def _failed(self, exc: BaseException) -> None:
         self.metrics.consumer_restarts.inc()

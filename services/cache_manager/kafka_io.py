@@ -16,7 +16,6 @@ workers (which report every few seconds) are known.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from google.protobuf.message import Message
 
 from loraplane.shared import topics
+from loraplane.shared.aio import close_within
 from loraplane.shared.codec import CodecError, decode_record, encode, kafka_headers
 
 log = logging.getLogger(__name__)
@@ -126,11 +126,11 @@ class EventSource:
                 self._consumer = consumer
                 return
             except MissingTopics:
-                await consumer.stop()
+                await close_within(consumer.stop(), 5.0, "event consumer stop")
                 if asyncio.get_running_loop().time() > deadline:
                     raise
             except BaseException:
-                await consumer.stop()
+                await close_within(consumer.stop(), 5.0, "event consumer stop")
                 raise
             await asyncio.sleep(0.5)
 
@@ -146,8 +146,7 @@ class EventSource:
         """Disconnect (without committing)."""
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(consumer.stop(), timeout=5.0)
+            await close_within(consumer.stop(), 5.0, "event consumer stop")
 
 
 class CommandSink:
@@ -195,7 +194,4 @@ class CommandSink:
         """Flush and disconnect."""
         producer, self._producer = self._producer, None
         if producer is not None:
-            try:
-                await asyncio.wait_for(producer.stop(), timeout=5.0)
-            except Exception as exc:  # noqa: BLE001
-                log.info("producer stop: %s", exc)
+            await close_within(producer.stop(), 5.0, "command producer stop")

@@ -25,6 +25,7 @@ from typing import Protocol
 from google.protobuf.message import Message
 
 from loraplane.shared import topics
+from loraplane.shared.aio import close_within
 from loraplane.shared.codec import encode, kafka_headers
 from loraplane.v1 import common_pb2, events_pb2
 
@@ -58,7 +59,7 @@ class KafkaPublisher:
 
     async def stop(self) -> None:
         """Flush and disconnect."""
-        await self._producer.stop()
+        await close_within(self._producer.stop(), 5, "gateway event producer stop")
 
     async def publish(self, topic: str, msg: Message) -> None:
         """Send and wait for the broker's acknowledgement."""

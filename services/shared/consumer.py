@@ -43,13 +43,14 @@ Usage (the registry's verdict consumer)::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol
+
+from loraplane.shared.aio import abandon, close_within
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,13 @@ def group_consumer(*topics: str, bootstrap: str, group_id: str, client_id: str,
     return consumer
 
 
+def _cancelled_from_outside() -> bool:
+    """Whether the current task was asked to cancel (``Task.cancel``), as opposed to a
+    ``CancelledError`` raised by awaiting some other task that was cancelled."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 class ConsumerLoop:
     """Start, restart with backoff, probe, commit after the effect, readiness (see module)."""
 
@@ -225,6 +233,7 @@ class ConsumerLoop:
         empty_grace_s: float = 10.0,
         start_timeout_s: float | None = 30.0,
         drain_timeout_s: float = 10.0,
+        close_timeout_s: float = 5.0,
     ) -> None:
         """``name``: for logs. Exactly one of ``on_record`` / ``on_batch``. ``lane(tp,
         record)``: records of one lane in order, lanes concurrently (``on_record`` only).
@@ -240,7 +249,10 @@ class ConsumerLoop:
         minutes); the consumer is closed and recreated after the backoff.
         ``drain_timeout_s``: at :meth:`stop` (not at a restart) records in flight get this
         long to finish before the last commit, so a clean shutdown commits everything it
-        did and the next consumer of the group is not handed it again."""
+        did and the next consumer of the group is not handed it again.
+        ``close_timeout_s``: the last commit, ``on_close`` and the consumer's stop each get
+        this long; past it they are abandoned (:func:`~loraplane.shared.aio.close_within`),
+        so a close that never ends during an outage does not hold the restart."""
         if (on_record is None) == (on_batch is None):
             raise ValueError("ConsumerLoop takes exactly one of on_record / on_batch")
         if lane is not None and on_record is None:
@@ -266,6 +278,7 @@ class ConsumerLoop:
         self._empty_grace_s = empty_grace_s
         self._start_timeout_s = start_timeout_s
         self._drain_timeout_s = drain_timeout_s
+        self._close_timeout_s = close_timeout_s
         self.ready = asyncio.Event()
         """Set by the rule of ``ready_when`` (:class:`Ready`)."""
         self.consumers_started = 0
@@ -320,7 +333,13 @@ class ConsumerLoop:
                     await self._consume(session)
                     attempt = 0
                 except asyncio.CancelledError:
-                    raise
+                    if _cancelled_from_outside():
+                        raise
+                    # a client's inner task was cancelled, not this loop: an outage
+                    delay = self._backoff(attempt)
+                    attempt += 1
+                    log.warning("%s consumer: a client task was cancelled; restarting in "
+                                "%.1fs", self.name, delay)
                 except Restart as exc:
                     log.info("%s consumer: %s, recreating the consumer",
                              self.name, str(exc) or type(exc).__name__)
@@ -355,12 +374,20 @@ class ConsumerLoop:
         if self._start_timeout_s is None:
             await step
             return
+        # not wait_for: a cancelled aiokafka start may never finish cancelling (see
+        # loraplane.shared.aio), so past the bound it is cancelled and left behind
+        task = asyncio.ensure_future(step)
         try:
-            await asyncio.wait_for(step, self._start_timeout_s)
-        except TimeoutError:
+            done, _ = await asyncio.wait({task}, timeout=self._start_timeout_s)
+        except asyncio.CancelledError:
+            abandon(task)
+            raise
+        if task not in done:
+            abandon(task)
             raise ConsumerStartTimeout(
                 f"consumer {what} took over {self._start_timeout_s:g} s (broker or group "
-                "not answering)") from None
+                "not answering)")
+        task.result()
 
     async def _watch(self, stop: asyncio.Event) -> None:
         await stop.wait()
@@ -378,17 +405,16 @@ class ConsumerLoop:
                 # a clean stop: let what is in flight finish so its offsets are committed
                 # below (a restart does not wait: its records are read again)
                 await asyncio.wait(set(session.tasks), timeout=self._drain_timeout_s)
-            with contextlib.suppress(Exception):  # what did finish is durable: commit it
-                await asyncio.wait_for(self._commit_points(session), 5)
+            # what did finish is durable: commit it
+            await close_within(self._commit_points(session), self._close_timeout_s,
+                               f"{self.name} last commit")
         if self._on_close is not None:
-            try:
-                await self._on_close(session.consumer)
-            except Exception as exc:  # noqa: BLE001
-                log.debug("%s consumer close hook failed: %s", self.name, exc)
-        try:
-            await asyncio.wait_for(session.consumer.stop(), 5)
-        except Exception as exc:  # noqa: BLE001 - a dead broker must not block a restart
-            log.debug("%s consumer stop failed: %s", self.name, exc)
+            await close_within(self._on_close(session.consumer), self._close_timeout_s,
+                               f"{self.name} consumer close hook")
+        # a dead broker must not block a restart (close_within does not wait on the
+        # cancelled stop, which an aiokafka consumer in a group may never finish)
+        await close_within(session.consumer.stop(), self._close_timeout_s,
+                           f"{self.name} consumer stop")
 
     async def _consume(self, session: _Session) -> None:
         consumer = session.consumer

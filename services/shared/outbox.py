@@ -53,6 +53,7 @@ from google.protobuf.message import Message
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from loraplane.shared import db
+from loraplane.shared.aio import close_within
 from loraplane.shared.codec import (
     CONTENT_TYPE,
     HEADER_CONTENT_TYPE,
@@ -352,10 +353,8 @@ class OutboxRelay:
 
     @staticmethod
     async def _stop_quietly(producer: Producer) -> None:
-        try:
-            await asyncio.wait_for(producer.stop(), 5)
-        except Exception as exc:  # noqa: BLE001 - a dead producer may fail to stop
-            log.debug("producer stop failed: %s", exc)
+        # a dead producer may fail to stop, or never finish a cancelled stop
+        await close_within(producer.stop(), 5, "outbox producer stop")
 
     # ------------------------------------------------------------------ main loop
 

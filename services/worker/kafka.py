@@ -27,6 +27,7 @@ from aiokafka.errors import KafkaError
 from google.protobuf.message import Message
 
 from loraplane.shared import codec, topics
+from loraplane.shared.aio import close_within
 from loraplane.shared.consumer import Consumer, ConsumerLoop, Ready, group_consumer
 from loraplane.shared.errors import InvalidArgument
 from loraplane.v1 import common_pb2, events_pb2
@@ -83,8 +84,7 @@ class Publisher:
             try:
                 await producer.start()
             except BaseException:
-                with contextlib.suppress(Exception):
-                    await producer.stop()
+                await close_within(producer.stop(), 5, "event producer stop")
                 raise
             self._producer = producer
         return self._producer
@@ -92,8 +92,7 @@ class Publisher:
     async def _reset(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
-            with contextlib.suppress(Exception):
-                await producer.stop()
+            await close_within(producer.stop(), 5, "event producer stop")
 
     async def publish(self, topic: str, msg: Message) -> bool:
         """Send ``msg`` on ``topic`` and wait for the broker; False if it was dropped."""

@@ -391,3 +391,83 @@ async def test_a_start_that_hangs_is_an_outage_and_the_consumer_is_recreated() -
     await task
     assert hung.is_set() and len(rig.made) == 2
     assert [type(e).__name__ for e in errors] == ["ConsumerStartTimeout"]
+
+
+async def test_a_consumer_stop_that_never_finishes_does_not_hold_the_restart() -> None:
+    """aiokafka's stop of a group consumer while the broker is down awaits its coordination
+    task, which a cancel does not end: the admission release consumer hung in
+    ``wait_for(consumer.stop(), 5)`` and consumed nothing more (registry e2e test)."""
+    rig = Rig(_log(2))
+    release = asyncio.Event()
+    seen: list[str] = []
+    fail_once = {"0:0"}
+
+    def factory() -> FakeConsumer:
+        c = rig.factory()
+        if len(rig.made) == 1:
+            async def stuck_stop() -> None:
+                while not release.is_set():
+                    try:
+                        await release.wait()
+                    except asyncio.CancelledError:
+                        continue
+            c.stop = stuck_stop  # type: ignore[method-assign]
+        return c
+
+    async def on_record(record: Rec) -> None:
+        if record.value in fail_once:
+            fail_once.discard(record.value)
+            raise ConnectionError("broker down")
+        seen.append(record.value)
+
+    loop = ConsumerLoop("t", factory=factory, on_record=on_record, poll_timeout_ms=5,
+                        backoff=lambda _a: 0.0, close_timeout_s=0.05)
+    task = asyncio.create_task(loop.run())
+    await _until(lambda: seen == ["0:0", "0:1"])
+    loop.stop()
+    await task
+    assert len(rig.made) == 2 and loop.restarts == 1
+    release.set()
+
+
+async def test_a_cancelled_error_from_a_client_is_an_outage_not_the_end_of_the_loop() -> None:
+    """aiokafka's stop() after a lost broker raises CancelledError (it awaits a task it had
+    cancelled itself); the loop restarts instead of ending as if it had been cancelled."""
+    rig = Rig(_log(2))
+    seen: list[str] = []
+    fail_once = {"0:0"}
+
+    def factory() -> FakeConsumer:
+        c = rig.factory()
+        if len(rig.made) == 1:
+            async def cancelled_stop() -> None:
+                raise asyncio.CancelledError()
+            c.stop = cancelled_stop  # type: ignore[method-assign]
+            c.start = cancelled_stop  # type: ignore[method-assign]
+        return c
+
+    async def on_record(record: Rec) -> None:
+        if record.value in fail_once:
+            fail_once.discard(record.value)
+            raise ConnectionError("broker down")
+        seen.append(record.value)
+
+    loop = ConsumerLoop("t", factory=factory, on_record=on_record, poll_timeout_ms=5,
+                        backoff=lambda _a: 0.0)
+    task = asyncio.create_task(loop.run())
+    await _until(lambda: seen == ["0:1"] or seen == ["0:0", "0:1"])
+    assert not task.done()
+    loop.stop()
+    await task
+    assert len(rig.made) >= 2
+
+
+async def test_cancelling_the_loop_still_ends_it() -> None:
+    rig = Rig(_log(1))
+    loop = ConsumerLoop("t", factory=rig.factory, on_record=lambda _r: asyncio.sleep(0),
+                        poll_timeout_ms=5)
+    task = asyncio.create_task(loop.run())
+    await _until(lambda: rig.committed.get(TP("t", 0)) == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
