@@ -120,7 +120,8 @@ class WorkerApp:
         manager = self.manager
         self.metrics.versions_placed = lambda: [  # gone versions' series are removed
             manager.labels(p.spec) for p in list(manager.placements.values())]
-        self.executor = CommandExecutor(self.manager, worker_id=settings.worker_id, clock=clock)
+        self.executor = CommandExecutor(self.manager, worker_id=settings.worker_id, clock=clock,
+                                        slot_wait_s=settings.worker_command_slot_wait_s)
         self.publisher = Publisher(settings.kafka_bootstrap, on_recovered=self._broker_recovered,
                                    on_dropped=self.metrics.reports_dropped.inc)
         self.consumer = CommandConsumer(

@@ -8,7 +8,12 @@
   ``event_id``, so consumers dedupe it) without running again;
 * loading what is already there, evicting what is already gone, pinning what is
   pinned all succeed and report the current state;
-* a command past its deadline is refused (``LOAD_ERROR_CODE_DEADLINE_EXCEEDED``).
+* a command past its deadline is refused (``LOAD_ERROR_CODE_DEADLINE_EXCEEDED``);
+* a HOT load on a full worker waits for a slot up to ``slot_wait_s`` (and the command's
+  deadline), in the slot queue behind the requests that wait, instead of failing at once:
+  a round's demotion and load run concurrently (different versions), and the load must
+  not be checked before the demotion freed its slot. It never demotes anything itself
+  (the cache manager chose what leaves); past the wait it fails ``NO_CAPACITY``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from loraplane.v1 import events_pb2
+from loraplane.v1 import common_pb2, events_pb2
 from loraplane.worker import reports
 from loraplane.worker.errors import BadRequest, CommandExpired
 from loraplane.worker.host_tier import ArtifactSpec
@@ -28,6 +33,7 @@ from loraplane.worker.manager import (
     TIER_WARM,
     AdapterManager,
     LoadOutcome,
+    SlotWait,
     Tier,
 )
 
@@ -48,10 +54,12 @@ class CommandExecutor:
 
     def __init__(
         self, manager: AdapterManager, *, worker_id: str, clock: Clock = _now,
-        remembered: int = REMEMBERED_COMMANDS,
+        remembered: int = REMEMBERED_COMMANDS, slot_wait_s: float = 0.0,
     ) -> None:
-        """``worker_id``: commands addressed to another worker are ignored."""
+        """``worker_id``: commands addressed to another worker are ignored. ``slot_wait_s``:
+        how long a HOT load waits for a slot on a full worker (0: fails at once)."""
         self.manager = manager
+        self.slot_wait_s = slot_wait_s
         self.worker_id = worker_id
         self.clock = clock
         self.remembered = remembered
@@ -90,6 +98,16 @@ class CommandExecutor:
         self._remember(cmd.command_id, report)
         return report
 
+    def _slot_wait(self, tier: int, remaining: float | None) -> SlotWait | None:
+        """A HOT load's wait for a slot: the least urgent place in the queue (a background
+        request of no tier: every waiting request goes first), bounded by ``slot_wait_s``
+        and what is left of the command's deadline."""
+        if tier != TIER_HOT or self.slot_wait_s <= 0:
+            return None
+        wait_s = self.slot_wait_s if remaining is None else min(self.slot_wait_s, remaining)
+        return SlotWait(common_pb2.REQUEST_CLASS_BACKGROUND,
+                        deadline=self.manager.monotonic() + wait_s)
+
     def _deadline_s(self, cmd: events_pb2.CacheCommand) -> float | None:
         if not cmd.HasField("deadline"):
             return None
@@ -112,7 +130,8 @@ class CommandExecutor:
             if not spec.tenant_id or not spec.adapter_name or spec.engine_id < 1:
                 raise BadRequest("load needs meta.adapter (tenant, name, version) and engine_id")
             outcome: LoadOutcome = await self.manager.load(
-                spec, cmd.load.target_tier, pin=cmd.load.pin, never_evict=cmd.load.never_evict
+                spec, cmd.load.target_tier, pin=cmd.load.pin, never_evict=cmd.load.never_evict,
+                wait=self._slot_wait(cmd.load.target_tier, remaining),
             )
             return reports.loaded(ctx, outcome)
         if kind == "evict":

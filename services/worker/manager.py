@@ -450,7 +450,9 @@ class AdapterManager:
         """Register ``p`` (its version lock held) once a HOT slot is free or made free.
 
         Returns the registration time. Without ``make_room`` / ``wait`` a full worker
-        raises :class:`NoCapacity` at once (commands: the cache manager evicts first).
+        raises :class:`NoCapacity` at once. A command's load (``wait`` without
+        ``make_room``: the cache manager chose what leaves) waits for a freed slot, and
+        makes room like the request path once a request claims the version.
         """
         spec = p.spec
         ticket: Ticket[asyncio.Future[None] | None] | None = None
@@ -468,7 +470,9 @@ class AdapterManager:
                         and self.slot_queue.ahead_of(klass, self.monotonic(), prio) > 0):
                     async with self._room:
                         full = self.hot_count() >= self.hot_capacity
-                        if full and make_room:
+                        # a command's load makes room too once a request waits for the
+                        # version (it inherited the command's place in the queue)
+                        if full and (make_room or self._claims.get(spec.engine_id, 0) > 0):
                             choice = self.choose_victim(exclude=spec.engine_id)
                             why = choice.why_none
                             if choice.victim is not None:
@@ -754,9 +758,11 @@ class AdapterManager:
         out of the queue."""
         waited_from = self.monotonic()
         parked = self._slot_waiting.get(spec.engine_id)
-        if parked is not None and self.slot_queue.inherit(parked, wait.request_class,
-                                                          self.monotonic(), wait.priority):
-            self._set_queue_gauges()
+        if parked is not None:
+            if self.slot_queue.inherit(parked, wait.request_class, self.monotonic(),
+                                       wait.priority):
+                self._set_queue_gauges()
+            self._room_changed()  # the parked load (a command's) may now make room
         try:
             timeout = None if wait.deadline is None else max(0.0, wait.deadline - waited_from)
             try:

@@ -96,6 +96,12 @@ class WorkerSettings(CommonSettings):
     """Longest an eviction waits for in-flight requests when the command has no deadline."""
     worker_max_concurrent_commands: int = Field(default=8, gt=0)
     """Commands executed at once (different versions; one version's commands run in order)."""
+    worker_command_slot_wait_s: float = Field(default=10.0, ge=0)
+    """Longest a cache command's HOT load waits for a slot on a full worker (behind the
+    waiting requests; bounded by the command's deadline too) before it fails NO_CAPACITY.
+    A round's demotion and load run concurrently, and requests take freed slots: without a
+    wait the load was refused before the demotion finished (84 NO_CAPACITY failures in one
+    ``make stress`` run). 0: fail at once."""
 
     worker_slot_queue_depth: int = Field(default=64, gt=0)
     """Requests that may wait at once for a HOT slot (interactive, then canary, then

@@ -308,3 +308,72 @@ def test_offset_tracker_commits_below_the_oldest_unfinished() -> None:
     assert t.commit_points() == {tp: 7}
     t.finished(tp, 7)
     assert t.commit_points() == {tp: 8}
+
+
+async def _fill_hot(rig: Rig, make_adapter: MakeAdapter, ex: CommandExecutor,
+                    prefix: str) -> list[ArtifactSpec]:
+    specs = [make_adapter(f"{prefix}{i}") for i in range(rig.manager.hot_capacity + 1)]
+    for s in specs[:-1]:
+        assert (await run(ex, load(s, HOT))).loaded.tier == HOT
+    return specs
+
+
+async def test_a_round_s_load_waits_for_the_slot_its_demotion_frees(
+    rig: Rig, make_adapter: MakeAdapter
+) -> None:
+    """The cache manager's round demotes one version and loads another; the worker runs
+    them concurrently (different versions). The load used to be checked before the
+    demotion finished and failed NO_CAPACITY (make stress, 84 in one run)."""
+    ex = CommandExecutor(rig.manager, worker_id="w1", slot_wait_s=5.0)
+    specs = await _fill_hot(rig, make_adapter, ex, "r")
+    busy = asyncio.Event()
+
+    async def hold() -> None:  # a request keeps the demoted version in flight a moment
+        async with rig.manager.use(specs[0], allow_cold=False):
+            busy.set()
+            await asyncio.sleep(0.2)
+
+    request = asyncio.create_task(hold())
+    await busy.wait()
+    loaded, evicted = await asyncio.gather(run(ex, load(specs[-1], HOT)),
+                                           run(ex, evict(specs[0], WARM)))
+    await request
+    assert evicted.WhichOneof("report") == "evicted"
+    assert loaded.WhichOneof("report") == "loaded", loaded
+    assert loaded.loaded.tier == HOT
+    assert rig.manager.hot_count() == rig.manager.hot_capacity
+    assert rig.model.violations == []
+
+
+async def test_a_command_load_on_a_full_worker_fails_after_its_wait_and_demotes_nothing(
+    rig: Rig, make_adapter: MakeAdapter
+) -> None:
+    ex = CommandExecutor(rig.manager, worker_id="w1", slot_wait_s=0.05)
+    specs = await _fill_hot(rig, make_adapter, ex, "f")
+    report = await run(ex, load(specs[-1], HOT))
+    assert failure_code(report) == events_pb2.LOAD_ERROR_CODE_NO_CAPACITY
+    assert {eid for eid, p in rig.manager.placements.items() if p.hot} == {
+        s.engine_id for s in specs[:-1]}  # the cache manager chooses what leaves, not it
+    assert not [e for e in rig.events if isinstance(e, EvictOutcome)]
+    assert len(rig.manager.slot_queue) == 0
+
+
+async def test_a_request_for_a_version_whose_command_load_waits_makes_room(
+    rig: Rig, make_adapter: MakeAdapter
+) -> None:
+    """A request inherits the parked command load's place and the load makes room as the
+    request path would: the request is not held for the command's whole wait."""
+    ex = CommandExecutor(rig.manager, worker_id="w1", slot_wait_s=30.0)
+    specs = await _fill_hot(rig, make_adapter, ex, "q")
+    command_load = asyncio.create_task(run(ex, load(specs[-1], HOT)))
+    async with asyncio.timeout(5):
+        while specs[-1].engine_id not in rig.manager._slot_waiting:
+            await asyncio.sleep(0.005)
+    async with asyncio.timeout(5):  # far below the command's 30 s wait
+        async with rig.manager.use(specs[-1], allow_cold=False, wait_s=10) as lease:
+            assert lease.tier_at_arrival == WARM
+    report = await asyncio.wait_for(command_load, 5)
+    assert report.WhichOneof("report") == "loaded" and report.loaded.tier == HOT
+    demoted = [e.engine_id for e in rig.events if isinstance(e, EvictOutcome)]
+    assert len(demoted) == 1 and demoted[0] in {s.engine_id for s in specs[:-1]}
+    assert rig.model.violations == []
