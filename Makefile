@@ -81,7 +81,7 @@ bench-cache: install ## cache-manager round p50/p99 per shard, 4-64 workers x 20
 	scripts/with_stack.sh $(PY) -m benchmarks.cache
 
 bench-isolation: install ## noisy neighbour on one real vLLM worker: quiet tenants' p50/p99 alone vs during floods -> .loraplane/bench/isolation.json
-	$(PY) -m pytest -s -q tests/integration/platform/test_isolation.py
+	LORAPLANE_ISOLATION_HOLD_COMPARE=1 $(PY) -m pytest -s -q tests/integration/platform/test_isolation.py
 
 stress: install ## the platform under load and faults (2 vLLM workers, 12 scenarios, invariants checked) -> .loraplane/bench/stress.json
 	$(PY) tests/stress/stress.py $(if $(ONLY),--only $(ONLY))

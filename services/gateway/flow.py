@@ -24,7 +24,12 @@ readings):
    under any interactive load; while interactive requests run on the worker, canary and
    background are admitted only up to ``background_slots_with_interactive`` (2) in
    flight, so fewer of their sequences share the engine's batch (each slows every step of
-   the interactive ones). The first band in turn order that fits is served: a flood
+   the interactive ones), and for ``interactive_hold_s`` after the last interactive
+   request on the worker ended (the hold window: a quiet stream's next request follows
+   its last one within a few tens of milliseconds, and without the window background
+   refills its whole room in that gap, so the next interactive request starts beside
+   4 flood sequences, not 2; the caller re-dispatches when the window closes,
+   :meth:`FlowQueue.hold_ends_at`). The first band in turn order that fits is served: a flood
    at its cap never delays the bands above it, and a band whose turn has come but does
    not fit waits for a room that every band after it in its group needs too, so it gets
    the next slot that room frees (nothing starves).
@@ -95,6 +100,15 @@ class FlowConfig(BaseModel):
     in the engine's batch slows each step of the others and the engine cannot preempt for
     compute, so while interactive requests are being served the lower classes keep fewer
     sequences in the batch; with none running they use their whole room."""
+    interactive_hold_s: float = Field(default=0.5, ge=0)
+    """Hold window: seconds the ``background_slots_with_interactive`` cap stays in force
+    after the last interactive request on the worker ended (0 = released the instant it
+    ends). A quiet tenant's stream sends its next request a few milliseconds to a few
+    hundred (loaded 2-core box) after its last one ended; released at once, background
+    refills its whole room in that gap and the next interactive request shares the batch
+    with all of it. 0.5 s covers that gap with margin and costs background at most half a
+    second at its reduced cap once interactive traffic really stops (measured in
+    ``services/gateway/README.md``, "Isolation measured")."""
     age_step_s: float = Field(default=DEFAULT_AGE_STEP_S, gt=0)
     """Head start of one band over the next, in seconds waited (bounds overtaking)."""
     quantum_tokens: int = Field(default=64, ge=1)
@@ -290,30 +304,67 @@ class FlowQueue(Generic[T]):
         turns = self._turns()
         return turns[0] if turns else None
 
-    def fits(self, band_: int, running: Sequence[int]) -> bool:
-        """Whether a request of ``band_`` may start with ``running[b]`` requests of each band
-        ``b`` in flight: for its room group and every better one, the requests of that group
-        and worse groups are fewer than the group's cap (so the platinum group's cap is the
-        worker's limit, and every reserve stays free of worse groups)."""
+    def background_held(
+        self, running: Sequence[int], *, now: float = 0.0,
+        interactive_ended_at: float | None = None,
+    ) -> bool:
+        """Whether the ``background_slots_with_interactive`` cap is in force at ``now``:
+        interactive requests run (``running``), or the last one on the worker ended at
+        ``interactive_ended_at``, less than ``interactive_hold_s`` before ``now``."""
+        if not self.config.background_slots_with_interactive:
+            return False
+        if sum(running[:PRIORITIES_PER_CLASS]):
+            return True
+        # the same sum as hold_ends_at, so held <=> now < the time it says the window closes
+        return (interactive_ended_at is not None
+                and now < interactive_ended_at + self.config.interactive_hold_s)
+
+    def hold_ends_at(
+        self, running: Sequence[int], interactive_ended_at: float | None,
+    ) -> float | None:
+        """When the hold window alone keeps the cap in force, the time it closes (the
+        caller admits again then); None while interactive requests run, or without a
+        window."""
+        if (not self.config.background_slots_with_interactive
+                or not self.config.interactive_hold_s or interactive_ended_at is None
+                or sum(running[:PRIORITIES_PER_CLASS])):
+            return None
+        return interactive_ended_at + self.config.interactive_hold_s
+
+    def fits(
+        self, band_: int, running: Sequence[int], *, now: float = 0.0,
+        interactive_ended_at: float | None = None,
+    ) -> bool:
+        """Whether a request of ``band_`` may start at ``now`` with ``running[b]`` requests
+        of each band ``b`` in flight, the last interactive request on the worker having
+        ended at ``interactive_ended_at`` (None: none since it had none running): for its
+        room group and every better one, the requests of that group and worse groups are
+        fewer than the group's cap (so the platinum group's cap is the worker's limit, and
+        every reserve stays free of worse groups); canary / background besides within
+        ``background_slots_with_interactive`` while :meth:`background_held`."""
         if not self.config.max_in_flight_per_worker:
             return True
-        if (room_group(band_) == 2 and self.config.background_slots_with_interactive
-                and sum(running[:PRIORITIES_PER_CLASS])
+        if (room_group(band_) == 2
                 and sum(running[PRIORITIES_PER_CLASS:])
-                >= self.config.background_slots_with_interactive):
+                >= self.config.background_slots_with_interactive
+                and self.background_held(running, now=now,
+                                         interactive_ended_at=interactive_ended_at)):
             return False
         return all(sum(running[ROOM_GROUP_START[h]:]) < self.config.cap(ROOM_GROUP_START[h])
                    for h in range(room_group(band_) + 1))
 
-    def pop_next(self, running: Sequence[int]) -> Waiter[T] | None:
-        """The waiter to admit now (taken out of the queue): the first band in turn order
-        that :meth:`fits`; None when none does.
+    def pop_next(
+        self, running: Sequence[int], *, now: float = 0.0,
+        interactive_ended_at: float | None = None,
+    ) -> Waiter[T] | None:
+        """The waiter to admit at ``now`` (taken out of the queue): the first band in turn
+        order that :meth:`fits`; None when none does.
 
         No starvation: a band whose turn it is but does not fit is kept out by a room it
         shares with every band after it in the same or a worse group, so none of those
         fits either; the next request to end frees that room and it is served first."""
         for b in self._turns():
-            if self.fits(b, running):
+            if self.fits(b, running, now=now, interactive_ended_at=interactive_ended_at):
                 self._len -= 1
                 return self._bands[b].pop(self.config.quantum_tokens)
         return None
@@ -363,6 +414,10 @@ class FlowMetrics(PerRegistry):
 class _WorkerFlow:
     queue: FlowQueue[asyncio.Future[float]]
     running: list[int] = field(default_factory=lambda: [0] * BANDS)
+    interactive_ended_at: float | None = None
+    """When the last interactive request on the worker ended (its hold window)."""
+    hold_timer: asyncio.TimerHandle | None = None
+    """The dispatch due when the hold window closes."""
 
     @property
     def in_flight(self) -> int:
@@ -450,7 +505,7 @@ class FlowController:
                 await asyncio.wait({fut}, timeout=limit)
             except asyncio.CancelledError:
                 if not wf.queue.remove(waiter) and fut.done():
-                    wf.running[b] -= 1  # admitted as the caller left: give the slot back
+                    self._end(wf, b)  # admitted as the caller left: give the slot back
                     self._dispatch(wf)
                 elif depth is not None:
                     depth.dec()
@@ -474,15 +529,34 @@ class FlowController:
             self.metrics.wait.labels(tenant, klass).observe(waited)
         return Permit(self, worker_id, b, tenant, klass, admitted_at, waited)
 
+    def _end(self, wf: _WorkerFlow, band_: int) -> None:
+        """One request of ``band_`` left the worker (the last interactive one opens the
+        hold window)."""
+        wf.running[band_] = max(0, wf.running[band_] - 1)
+        if band_ < PRIORITIES_PER_CLASS and not sum(wf.running[:PRIORITIES_PER_CLASS]):
+            wf.interactive_ended_at = self._now()
+
     def _dispatch(self, wf: _WorkerFlow) -> None:
         while True:
-            w = wf.queue.pop_next(wf.running)
+            now = self._now()
+            w = wf.queue.pop_next(wf.running, now=now,
+                                  interactive_ended_at=wf.interactive_ended_at)
             if w is None:
-                return
+                break
             wf.running[w.band] += 1
             if self.metrics is not None:
                 self.metrics.depth.labels(w.tenant, w.klass).dec()
-            w.payload.set_result(self._now())
+            w.payload.set_result(now)
+        if wf.hold_timer is not None:
+            wf.hold_timer.cancel()
+            wf.hold_timer = None
+        ends = wf.queue.hold_ends_at(wf.running, wf.interactive_ended_at)
+        if ends is not None and len(wf.queue) and ends > now:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # released outside the loop: the next change dispatches
+                return
+            wf.hold_timer = loop.call_later(ends - now, self._dispatch, wf)
 
     def _release(self, permit: Permit) -> None:
         if self.metrics is not None:
@@ -492,5 +566,5 @@ class FlowController:
         if not self.config.max_in_flight_per_worker:
             return
         wf = self._worker(permit._worker)
-        wf.running[permit.band] = max(0, wf.running[permit.band] - 1)
+        self._end(wf, permit.band)
         self._dispatch(wf)

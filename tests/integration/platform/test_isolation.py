@@ -28,6 +28,18 @@ request's time went (a recording engine: before the engine, its queue, prefill, 
 after it) and the load average. ``LORAPLANE_ISOLATION_BASELINE=1`` runs with the flow's
 background cap beside interactive requests and background streaming in chunks off
 (``isolation-baseline.json``), for figures side by side.
+
+4. **hold window, before / after** (``LORAPLANE_ISOLATION_HOLD_COMPARE=1``, which ``make
+   bench-isolation`` sets; skipped otherwise): the noisy neighbour measured again on the
+   same worker with the flow's ``interactive_hold_s`` at 0 (the cap released the instant
+   the last interactive request ends: before) and at its default (after), in the order
+   before, after, after, before (two ratios each, drift balanced); with the flood
+   requests in the engine at each quiet request's start and the gaps in which no
+   interactive request ran at the gateway between the quiet streams' requests (what the
+   window has to cover) and the background admissions beyond the cap made in them.
+   Asserted: the quiet tenant never refused, the flooder answered or refused naming its
+   quota; with the window, no background request admitted beyond the cap while a window
+   was open (on the controller's own clock readings).
 """
 
 from __future__ import annotations
@@ -51,7 +63,12 @@ from prometheus_client import CollectorRegistry
 from loraplane.devkit.builder import build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.flow import FlowConfig
-from loraplane.shared.ordering import band, overtaking_bound_s, wait_bound_s
+from loraplane.shared.ordering import (
+    PRIORITIES_PER_CLASS,
+    band,
+    overtaking_bound_s,
+    wait_bound_s,
+)
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
@@ -327,6 +344,8 @@ def _breakdown(iso: Iso, out: Outcomes) -> dict[str, float]:
     for p in PHASES:
         fig[f"p99_request_{p}_ms"] = tail[p] * 1000.0
     fig["others_in_engine_mean"] = sum(others) / len(others)
+    fig["others_in_engine_max"] = float(max(others))
+    fig["others_over_cap_share"] = sum(1 for o in others if o > BURST) / len(others)
     return fig
 
 
@@ -437,8 +456,8 @@ async def test_background_not_starved_under_saturating_interactive_load(iso: Iso
     admitted: list[tuple[int, float, str]] = []  # (band, arrived, tenant) in admission order
     pop_next = queue.pop_next
 
-    def recording_pop_next(running: Sequence[int]) -> Any:
-        w = pop_next(running)
+    def recording_pop_next(running: Sequence[int], **kw: Any) -> Any:
+        w = pop_next(running, **kw)
         if w is not None:
             admitted.append((w.band, w.enqueued_at, w.tenant))
         return w
@@ -485,3 +504,123 @@ async def test_background_not_starved_under_saturating_interactive_load(iso: Iso
         arrived = admitted[i][1]
         late = [a for _, a, _ in admitted[:i] if a > arrived + window]
         assert not late, (arrived, late)
+
+
+def _set_flow(iso: Iso, **update: Any) -> FlowConfig:
+    """Change the running gateway's flow settings (its controller and every worker queue)."""
+    flow = iso.gateway.gateway.flow
+    assert flow is not None
+    cfg = flow.config.model_copy(update=update)
+    flow.config = cfg
+    for wf in flow._workers.values():
+        wf.queue.config = cfg
+    return cfg
+
+
+class _GapRecorder:
+    """Gaps at the gateway in which no interactive request ran on a worker: from the end of
+    the last one to the next admission of one (what the hold window has to cover), and the
+    background admissions made while no interactive request ran, within the cap or beyond
+    it."""
+
+    def __init__(self, iso: Iso) -> None:
+        flow = iso.gateway.gateway.flow
+        assert flow is not None
+        self.flow = flow
+        self.wid = next(iter(flow._workers))
+        self.wf = flow._workers[self.wid]
+        self.gaps: list[float] = []
+        self.beyond_cap_in_gap = 0
+        """Background admitted beyond the cap while no interactive request ran."""
+        self.beyond_cap_in_window = 0
+        """... of them, inside the hold window (the controller's own clock readings)."""
+        self._in_gap = False
+        self._end = flow._end
+        self._pop = self.wf.queue.pop_next
+
+        def end(wf: Any, band_: int) -> None:
+            self._end(wf, band_)
+            if wf is self.wf and band_ < PRIORITIES_PER_CLASS and not sum(
+                    wf.running[:PRIORITIES_PER_CLASS]):
+                self._in_gap = True
+
+        def pop_next(running: Sequence[int], **kw: Any) -> Any:
+            w = self._pop(running, **kw)
+            ended = self.wf.interactive_ended_at
+            if w is None or not self._in_gap or ended is None:
+                return w
+            if w.band < PRIORITIES_PER_CLASS:
+                self.gaps.append(kw["now"] - ended)
+                self._in_gap = False
+            elif sum(running[PRIORITIES_PER_CLASS:]) >= BURST:
+                self.beyond_cap_in_gap += 1
+                if kw["now"] < ended + self.flow.config.interactive_hold_s:
+                    self.beyond_cap_in_window += 1
+            return w
+
+        flow._end = end  # type: ignore[method-assign]
+        self.wf.queue.pop_next = pop_next  # type: ignore[method-assign]
+
+    def close(self) -> dict[str, float]:
+        del self.flow._end
+        del self.wf.queue.pop_next
+        return {"gap_p50_ms": _pct(self.gaps, 0.5), "gap_p99_ms": _pct(self.gaps, 0.99),
+                "gap_max_ms": max(self.gaps) * 1000.0 if self.gaps else float("nan"),
+                "gaps": float(len(self.gaps)),
+                "background_admitted_beyond_cap_in_gaps": float(self.beyond_cap_in_gap),
+                "background_admitted_beyond_cap_in_windows": float(self.beyond_cap_in_window)}
+
+
+async def test_hold_window_before_after(iso: Iso) -> None:
+    if not os.environ.get("LORAPLANE_ISOLATION_HOLD_COMPARE"):
+        pytest.skip("LORAPLANE_ISOLATION_HOLD_COMPARE=1 (make bench-isolation) runs it")
+    if os.environ.get("LORAPLANE_ISOLATION_BASELINE"):
+        pytest.skip("the baseline has no background cap to hold")
+    default = FlowConfig().interactive_hold_s
+    rows: dict[str, dict[str, float]] = {}
+    alone: Outcomes | None = None
+    try:
+        for i, hold in enumerate((0.0, default, default, 0.0)):
+            _set_flow(iso, interactive_hold_s=hold)
+            if i in (0, 2):  # one alone phase per repetition (no background: no hold)
+                alone = await _quiet(iso, "acme")
+            assert alone is not None
+            flood = Flood(iso, "globex", FLOOD, BACKGROUND, 64)
+            await asyncio.sleep(3.0)
+            gaps = _GapRecorder(iso)
+            try:
+                during = await _quiet(iso, "acme")
+            finally:
+                gap_fig = gaps.close()
+            flooded = await flood.stop()
+            name = f"rep {i // 2 + 1} hold {hold:g} s"
+            rows[name] = {
+                "hold_s": hold, "alone_p50_ms": alone.pct(0.5), "alone_p99_ms": alone.pct(0.99),
+                "loaded_p50_ms": during.pct(0.5), "loaded_p99_ms": during.pct(0.99),
+                "p99_ratio": during.pct(0.99) / alone.pct(0.99),
+                "load_average_1m": os.getloadavg()[0],
+                **{k: v for k, v in _breakdown(iso, during).items()
+                   if k.startswith("others_")},
+                **gap_fig,
+            }
+            r = rows[name]
+            print(f"\n[measure] hold window, {name}: alone p99 {r['alone_p99_ms']:.0f} ms, "
+                  f"flood p50 {r['loaded_p50_ms']:.0f} / p99 {r['loaded_p99_ms']:.0f} ms, "
+                  f"ratio {r['p99_ratio']:.2f}x; flood requests in the engine at a quiet "
+                  f"request's start mean {r['others_in_engine_mean']:.2f}, max "
+                  f"{r['others_in_engine_max']:.0f}, over {BURST} in "
+                  f"{100 * r['others_over_cap_share']:.0f} %; interactive gaps "
+                  f"{r['gaps']:.0f}, p50 {r['gap_p50_ms']:.1f} / p99 {r['gap_p99_ms']:.1f} / "
+                  f"max {r['gap_max_ms']:.1f} ms, background admitted beyond the cap in them "
+                  f"{r['background_admitted_beyond_cap_in_gaps']:.0f}; load "
+                  f"{r['load_average_1m']:.1f}")
+            assert not alone.refusals and not during.refusals
+            assert len(during.latencies) == 2 * SAMPLES
+            _check_flooder(iso, flooded)
+            assert r["gaps"] > 0  # the quiet streams did leave the worker without interactive
+            if hold:  # inside every window background was held at its cap
+                assert r["background_admitted_beyond_cap_in_windows"] == 0
+    finally:
+        _set_flow(iso, interactive_hold_s=default)
+        if rows:
+            iso.figures["hold window before/after"] = rows  # type: ignore[assignment]

@@ -215,6 +215,56 @@ def test_background_keeps_fewer_slots_while_interactive_requests_run() -> None:
     assert len(_admit_all(off, busy)) == 4  # no such cap: the room alone
 
 
+def test_background_cap_held_for_the_hold_window_after_interactive_ends() -> None:
+    """The cap stays in force for ``interactive_hold_s`` after the last interactive request
+    on the worker ended (a quiet stream's next request comes within it), then background
+    gets its whole room again; with no window it is released the instant interactive
+    ends."""
+    cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
+                     background_slots_with_interactive=2, interactive_hold_s=0.5)
+    q: FlowQueue[str] = FlowQueue(cfg)
+    running = _idle()
+    gold = band(INTERACTIVE, GOLD)
+    running[gold] = 1
+    for i in range(8):
+        q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64,
+               now=i * 0.001, payload=f"bg{i}")
+
+    def admit(now: float, ended: float | None) -> list[str]:
+        got = []
+        while (w := q.pop_next(running, now=now, interactive_ended_at=ended)) is not None:
+            running[w.band] += 1
+            got.append(w.payload)
+        return got
+
+    assert admit(9.0, None) == ["bg0", "bg1"]  # interactive running: the cap
+    running[gold] = 0  # the last interactive request ended at 10.0
+    assert q.background_held(running, now=10.0, interactive_ended_at=10.0)
+    assert q.hold_ends_at(running, 10.0) == 10.5
+    assert admit(10.0, 10.0) == []  # held the instant it ends ...
+    assert admit(10.499, 10.0) == []  # ... and throughout the window
+    running[gold] = 1  # the stream's next request: the window no longer matters
+    assert q.hold_ends_at(running, 10.0) is None
+    assert admit(10.2, 10.0) == []
+    running[gold] = 0  # it ended at 10.3: a new window
+    assert admit(10.7, 10.3) == []  # past the first window, inside the second
+    assert not q.background_held(running, now=10.8, interactive_ended_at=10.3)
+    assert admit(10.8, 10.3) == ["bg2", "bg3"]  # released after it: the whole room
+    assert admit(11.0, 10.3) == []  # and no more than that room
+    # no window (0): released the instant interactive ends, as before the window
+    now_q: FlowQueue[str] = FlowQueue(cfg.model_copy(update={"interactive_hold_s": 0.0}))
+    busy = _idle()
+    busy[band(BACKGROUND, SILVER)] = 2
+    now_q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64, now=0.0,
+               payload="bg")
+    assert now_q.hold_ends_at(busy, 10.0) is None
+    assert now_q.pop_next(busy, now=10.0, interactive_ended_at=10.0) is not None
+    # no cap at all: no window either
+    off: FlowQueue[str] = FlowQueue(cfg.model_copy(update={"background_slots_with_interactive": 0}))
+    assert not off.background_held(busy, now=10.0, interactive_ended_at=10.0)
+    assert off.hold_ends_at(busy, 10.0) is None
+
+
 def test_headroom_keeps_slots_for_interactive_and_platinum() -> None:
     cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2)
     q: FlowQueue[str] = FlowQueue(cfg)
@@ -421,3 +471,32 @@ async def test_controller_cancelled_waiter_leaves_no_slot_taken() -> None:
     held.release()
     held.release()  # idempotent
     assert flow.in_flight("w0") == 0 and flow.waiting("w0") == 0
+
+
+async def test_controller_holds_background_cap_until_the_window_closes() -> None:
+    """The controller opens the window when its last interactive permit is released (the
+    injected clock), keeps background at its cap through it, and admits the waiters by
+    itself when it closes (no other release needed)."""
+    clock = _Clock()
+    flow = FlowController(FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2,
+                                     interactive_reserve=2, background_slots_with_interactive=2,
+                                     interactive_hold_s=0.05), monotonic=clock)
+    inter = await flow.admit("w0", tenant="acme", request_class=INTERACTIVE, priority=GOLD,
+                             cost=8)
+    held = [await flow.admit("w0", tenant="globex", request_class=BACKGROUND,
+                             priority=SILVER, cost=64) for _ in range(2)]
+    waiting = [asyncio.create_task(flow.admit("w0", tenant="globex", request_class=BACKGROUND,
+                                              priority=SILVER, cost=64)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert flow.waiting("w0") == 2  # at the cap beside the interactive request
+    inter.release()  # at 100.0: the window opens
+    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    assert flow.waiting("w0") == 2 and flow.in_flight("w0") == 2  # held within the window
+    clock.t = 100.05  # the window has closed
+    permits = await asyncio.wait_for(asyncio.gather(*waiting), 5.0)  # admitted by the timer
+    assert flow.waiting("w0") == 0 and flow.in_flight("w0") == 4
+    assert all(p.admitted_at == 100.05 for p in permits)
+    for p in held + permits:
+        p.release()
+    assert flow.in_flight("w0") == 0
