@@ -9,8 +9,11 @@
   (:class:`~loraplane.shared.metrics.RpcMetrics`) *before* the status is sent, so a
   caller that has its answer also finds it counted (a handler that calls
   ``context.abort`` itself has sent its status before the interceptor sees it);
-* the caller's interceptors (e.g. :class:`MetadataAuthInterceptor`), inside it, so the
-  errors they raise are mapped too;
+* the caller's interceptors (e.g. :class:`MetadataAuthInterceptor`, or
+  :class:`~loraplane.shared.tls.AuthzInterceptor`), inside it, so the errors they raise
+  are mapped too; a checking interceptor is a :class:`GuardInterceptor` (its ``guard``
+  names each method's check, :func:`wrap_handler` runs it before the handler, whatever
+  the method's kind);
 * the standard health service (``grpc.health.v1.Health``; every registered service is
   SERVING once started, NOT_SERVING from :meth:`GrpcServer.stop` on);
 * server reflection (``grpcurl`` / ``grpc_cli`` work without proto files).
@@ -185,7 +188,26 @@ def _wrap_streaming(
     return behaviour
 
 
-class ServiceInterceptor(grpc.aio.ServerInterceptor):
+class HandlerInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor that hands the server's handler of each call to :meth:`wrap` (a
+    method the server does not serve passes through as ``None``)."""
+
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The handler to run for a call of ``method`` (a full method name)."""
+        raise NotImplementedError
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return self.wrap(handler_call_details.method, handler)
+
+
+class ServiceInterceptor(HandlerInterceptor):
     """Classified errors → status codes, unexpected errors → INTERNAL, per-RPC metrics.
 
     The wrapped handler of a method is built once and reused while the server hands out
@@ -198,15 +220,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         self.metrics = metrics or RpcMetrics.for_registry()
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        method = handler_call_details.method
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
@@ -220,7 +234,52 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
 
-class MetadataAuthInterceptor(grpc.aio.ServerInterceptor):
+CallCheck = Callable[[grpc.aio.ServicerContext], None]
+"""``check(context)`` before a call reaches its handler: returns, or raises a
+LoraplaneError (the refusal)."""
+
+
+def wrap_handler(handler: grpc.RpcMethodHandler, check: CallCheck) -> grpc.RpcMethodHandler:
+    """A copy of ``handler`` that runs ``check(context)`` before its behaviour, for every
+    kind of method (unary or streaming request and response); what ``check`` raises ends
+    the call before the handler is reached (a streaming response: at its first item)."""
+
+    def unary(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            check(context)
+            return await inner(request, context)
+
+        return behaviour
+
+    def streaming(
+        inner: Callable[..., AsyncIterator[Any]],
+    ) -> Callable[..., AsyncIterator[Any]]:
+        async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            check(context)
+            async for item in inner(request, context):
+                yield item
+
+        return behaviour
+
+    return _rewrap(handler, unary, streaming)
+
+
+class GuardInterceptor(HandlerInterceptor):
+    """An interceptor that checks calls before they reach their handler: :meth:`guard`
+    names the check of a method (``None``: the method passes unchecked) and
+    :func:`wrap_handler` runs it. Place it after :class:`ServiceInterceptor`
+    (``build_server`` does) so a refusal becomes its status."""
+
+    def guard(self, method: str) -> CallCheck | None:
+        """The check of ``method`` (a full method name), or ``None``."""
+        raise NotImplementedError
+
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        check = self.guard(method)
+        return handler if check is None else wrap_handler(handler, check)
+
+
+class MetadataAuthInterceptor(GuardInterceptor):
     """Runs ``check(metadata, method)`` before every call it ``applies_to``.
 
     ``check`` raises a :class:`LoraplaneError` (``Unauthenticated``,
@@ -234,35 +293,15 @@ class MetadataAuthInterceptor(grpc.aio.ServerInterceptor):
         self.check = check
         self.applies_to = applies_to
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or not self.applies_to(method):
-            return handler
+    def guard(self, method: str) -> CallCheck | None:
+        if not self.applies_to(method):
+            return None
         check = self.check
 
-        def unary(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                check(tuple(context.invocation_metadata() or ()), method)
-                return await inner(request, context)
+        def verify(context: grpc.aio.ServicerContext) -> None:
+            check(tuple(context.invocation_metadata() or ()), method)
 
-            return behaviour
-
-        def streaming(
-            inner: Callable[..., AsyncIterator[Any]],
-        ) -> Callable[..., AsyncIterator[Any]]:
-            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                check(tuple(context.invocation_metadata() or ()), method)
-                async for item in inner(request, context):
-                    yield item
-
-            return behaviour
-
-        return _rewrap(handler, unary, streaming)
+        return verify
 
 
 def bearer_token(metadata: Metadata) -> str | None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives import serialization
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from loraplane.shared.errors import LoraplaneError, PermissionDenied, Unauthenticated
-from loraplane.shared.grpcutil import AuthCheck, _rewrap
+from loraplane.shared.grpcutil import AuthCheck, CallCheck, GuardInterceptor
 from loraplane.shared.metrics import PerRegistry, split_method
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class _Refusal(LoraplaneError):
         self.reason = reason
 
 
-class AuthzInterceptor(grpc.aio.ServerInterceptor):
+class AuthzInterceptor(GuardInterceptor):
     """Authorize every call by the caller's certificate identity (and optional token).
 
     ``rules`` maps full method names (``/loraplane.v1.WorkerInternal/Generate``) or whole
@@ -309,38 +309,16 @@ class AuthzInterceptor(grpc.aio.ServerInterceptor):
         raise _Refusal(PermissionDenied, f"{method}: {who} is not allowed; allowed: "
                        f"{allowed}", "identity_not_allowed")
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(OPEN_SERVICES):
-            return handler
+    def guard(self, method: str) -> CallCheck | None:
+        """The check of ``method``: ``None`` (open) for health and reflection."""
+        if method.startswith(OPEN_SERVICES):
+            return None
         check = self.check
 
         def verify(context: grpc.aio.ServicerContext) -> None:
             check(method, peer_identity(context), context.invocation_metadata() or ())
 
-        def unary(inner: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                verify(context)
-                return await inner(request, context)
-
-            return behaviour
-
-        def streaming(
-            inner: Callable[..., AsyncIterator[Any]],
-        ) -> Callable[..., AsyncIterator[Any]]:
-            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                verify(context)
-                async for item in inner(request, context):
-                    yield item
-
-            return behaviour
-
-        return _rewrap(handler, unary, streaming)
+        return verify
 
 
 def server_name_option(identity: str) -> tuple[str, str]:
