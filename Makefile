@@ -93,7 +93,7 @@ typecheck: install ## mypy --strict on the pure core (policy) and the shared lib
 	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
 	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent -p loraplane.policy \
 	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec \
-	  -p loraplane.shared.consumer -p loraplane.shared.resources
+	  -p loraplane.shared.consumer -p loraplane.shared.resources -p loraplane.shared.aio
 
 clean: ## remove local state (.loraplane/) — stops the stacks first
 	-$(LP) stack down --profile run

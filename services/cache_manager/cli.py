@@ -58,7 +58,7 @@ def _stub(addr: str | None) -> tuple[grpc.Channel, cache_pb2_grpc.CacheManagerSt
 
 
 def _fail(exc: grpc.RpcError) -> typer.Exit:
-    typer.echo(f"error: {exc.code().name}: {exc.details()}", err=True)  # type: ignore[attr-defined]
+    typer.echo(f"error: {exc.code().name}: {exc.details()}", err=True)
     return typer.Exit(1)
 
 

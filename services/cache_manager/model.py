@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from loraplane.policy.model import Priority, RequestClass
-from loraplane.shared.vocab import Status, Tier
+from loraplane.shared.vocab import Status as Status  # noqa: PLC0414 - re-exported
+from loraplane.shared.vocab import Tier as Tier  # noqa: PLC0414 - re-exported
 from loraplane.v1 import common_pb2
 
 # --------------------------------------------------------------------------- ids

@@ -514,7 +514,8 @@ class Planner:
                 recent = st.last_access is not None and st.last_access >= horizon
                 if recent and vid not in reqs:
                     want(vid, 1, Reason.DEMAND)
-        order = {Reason.ROLLBACK: 0, Reason.CANARY_WARMUP: 1, Reason.SCHEDULED_WARMUP: 2}
+        order: dict[str, int] = {Reason.ROLLBACK: 0, Reason.CANARY_WARMUP: 1,
+                                 Reason.SCHEDULED_WARMUP: 2}
         return sorted(reqs.values(), key=lambda r: (order.get(r.reason, 3), r.version_id))
 
     def _rules(
@@ -727,7 +728,7 @@ class Planner:
         removals = 0
         dropped = 0
         removed_hot: dict[str, int] = {}
-        keep_serving = getattr(self, "_keep_serving", frozenset())
+        keep_serving: frozenset[str] = getattr(self, "_keep_serving", frozenset())
 
         def drop(spec: CommandSpec, why: str) -> None:
             nonlocal dropped

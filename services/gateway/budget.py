@@ -41,7 +41,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped, unused-ignore]
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loraplane.shared import vocab

@@ -47,7 +47,7 @@ class KafkaPublisher:
 
     def __init__(self, bootstrap: str, client_id: str = "loraplane-gateway") -> None:
         """Producer for ``bootstrap`` (started by :meth:`start`)."""
-        from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped, unused-ignore]
+        from aiokafka import AIOKafkaProducer
 
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap, client_id=client_id, acks=1, linger_ms=5

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from loraplane.shared.resources import config_file
 

@@ -18,21 +18,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
-_abandoned: set[asyncio.Future[object]] = set()
+_abandoned: set[asyncio.Future[Any]] = set()
 """Closes given up on, kept referenced until they end (an unreferenced task may be
 collected mid-run)."""
 
 
-def _forget(task: asyncio.Future[object]) -> None:
+def _forget(task: asyncio.Future[Any]) -> None:
     _abandoned.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.debug("abandoned close ended with %r", task.exception())
 
 
-def abandon(task: asyncio.Future[object]) -> None:
+def abandon(task: asyncio.Future[Any]) -> None:
     """Cancel ``task`` and leave it to end on its own (kept referenced until it does)."""
     task.cancel()
     _abandoned.add(task)

@@ -188,7 +188,7 @@ def group_consumer(*topics: str, bootstrap: str, group_id: str, client_id: str,
     """An unstarted aiokafka consumer of ``topics`` in ``group_id``: manual commits, from the
     earliest offset when the group has none, group settings that join in ~2 s on Tansu
     (:data:`~loraplane.shared.kafka_admin.GROUP_TUNING`); ``options`` override them."""
-    from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
+    from aiokafka import AIOKafkaConsumer
 
     from loraplane.shared.kafka_admin import GROUP_TUNING
 
