@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -95,7 +96,7 @@ def build_gateway(
             worker_suspect_s=settings.worker_suspect_s,
         ),
         default_base_model=settings.default_base_model,
-        flow=FlowController(settings.flow, metrics=FlowMetrics.for_registry(metrics.registry)),
+        flow=FlowController(settings.process_flow(), metrics=FlowMetrics.for_registry(metrics.registry)),
         quotas=QuotaBook(TenantPolicies(Quota(settings.default_max_in_flight,
                                               settings.default_tokens_per_s))),
     )
@@ -114,6 +115,24 @@ def _tenant_events(
             policies.apply(event)
 
     return apply
+
+
+def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A bound TCP socket for the HTTP listener (``SO_REUSEPORT`` with ``reuse_port``: every
+    gateway process of the host binds the same port and the kernel spreads connections);
+    raises ``OSError`` when the port is taken (by a process that did not set it too)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class _Uvicorn(uvicorn.Server):
@@ -227,7 +246,8 @@ class GatewayApp:
         edge = (edge_server_credentials(s.edge_tls_cert_file, s.edge_tls_key_file,
                                         expiry=CertExpiry.for_registry(self.metrics.registry))
                 if s.edge_tls_cert_file else None)
-        self.grpc = build_grpc_server(g, port=s.grpc_port, host=s.bind_host, credentials=edge)
+        self.grpc = build_grpc_server(g, port=s.grpc_port, host=s.bind_host, credentials=edge,
+                                      reuse_port=s.reuse_port)
         await self.grpc.start()
         if s.http_port:
             config = uvicorn.Config(
@@ -237,7 +257,10 @@ class GatewayApp:
                 ssl_certfile=s.edge_tls_cert_file or None, ssl_keyfile=s.edge_tls_key_file or None,
             )
             self.http = _Uvicorn(config)
-            self._tasks.http = asyncio.create_task(self.http.serve())
+            # our own listening socket: SO_REUSEPORT when several processes share the port
+            # (uvicorn's own bind sets only SO_REUSEADDR)
+            sock = listen_socket(s.bind_host, s.http_port, reuse_port=s.reuse_port)
+            self._tasks.http = asyncio.create_task(self.http.serve(sockets=[sock]))
             while not self.http.started:
                 if self._tasks.http.done():
                     self._tasks.http.result()  # raises the bind error

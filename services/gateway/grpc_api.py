@@ -40,7 +40,7 @@ SERVER_OPTIONS = (
     ("grpc.max_concurrent_streams", 1000),
     ("grpc.so_reuseport", 0),
 )
-"""Options of the public server."""
+"""Options of the public server (``so_reuseport`` on with ``build_grpc_server(reuse_port=True)``)."""
 
 
 def resolution_metadata(resolved: inference_pb2.ResolvedAdapter) -> tuple[tuple[str, str], ...]:
@@ -85,9 +85,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
 
 
 def build_grpc_server(gateway: Gateway, *, port: int, host: str = "127.0.0.1",
-                      credentials: grpc.ServerCredentials | None = None) -> GrpcServer:
+                      credentials: grpc.ServerCredentials | None = None,
+                      reuse_port: bool = False) -> GrpcServer:
     """The public gRPC server (not started): Inference + health + reflection; TLS with
-    ``credentials`` (``shared.tls.edge_server_credentials``), else plaintext."""
+    ``credentials`` (``shared.tls.edge_server_credentials``), else plaintext.
+    ``reuse_port``: ``grpc.so_reuseport`` on, so several gateway processes serve one port
+    (off by default: a port another process holds is an error, not shared)."""
     return build_server(
         [
             Service(
@@ -98,6 +101,7 @@ def build_grpc_server(gateway: Gateway, *, port: int, host: str = "127.0.0.1",
         ],
         port=port,
         host=host,
-        options=SERVER_OPTIONS,
+        options=[*(o for o in SERVER_OPTIONS if o[0] != "grpc.so_reuseport"),
+                 ("grpc.so_reuseport", int(reuse_port))],
         credentials=credentials,
     )

@@ -36,7 +36,16 @@ class GatewaySettings(CommonSettings):
         default="",
         validation_alias=AliasChoices("LORAPLANE_GATEWAY_INSTANCE_ID", "LORAPLANE_INSTANCE_ID"),
     )
-    """Instance name in event envelopes (``gateway/<instance>``); default ``gateway-0``."""
+    """Instance name in event envelopes (``gateway/<instance>``) and Kafka client ids;
+    default ``gateway-<process_index>``."""
+    processes: int = Field(default=1, ge=1, le=64)
+    """Gateway processes on this host serving the same public ports (``SO_REUSEPORT`` on
+    both listeners when > 1; see :mod:`.scale`): each takes ``1/processes`` of every
+    per-worker flow cap of ``flow``, so together they never admit more to a worker than
+    one process would. Each process needs its own ``metrics_port``."""
+    process_index: int = Field(default=0, ge=0)
+    """This process's index, 0 … ``processes`` - 1 (its share of the caps, its default
+    instance id)."""
 
     grpc_port: int = 19055
     """Port of the public gRPC API (``loraplane.v1.Inference``)."""
@@ -153,6 +162,10 @@ class GatewaySettings(CommonSettings):
             self.cache_manager_addr = f"127.0.0.1:{self.cache_manager_grpc_port}"
         if self.budgets_file is not None:
             self.budgets = load_budget_config(self.budgets_file)
+        if self.process_index >= self.processes:
+            raise ValueError(f"process_index {self.process_index} out of 0..{self.processes - 1} "
+                             f"(LORAPLANE_GATEWAY_PROCESSES={self.processes})")
+        self.process_flow()  # caps that cannot be split fail here, naming the cap
         if bool(self.edge_tls_cert_file) != bool(self.edge_tls_key_file):
             raise ValueError("edge TLS needs both LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE and "
                              "LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE (or neither)")
@@ -161,4 +174,16 @@ class GatewaySettings(CommonSettings):
     @property
     def producer_id(self) -> str:
         """``gateway/<instance>`` for event envelopes."""
-        return f"gateway/{self.instance_id or 'gateway-0'}"
+        return f"gateway/{self.instance_id or f'gateway-{self.process_index}'}"
+
+    @property
+    def reuse_port(self) -> bool:
+        """Whether the public listeners share their ports (``SO_REUSEPORT``): with several
+        processes only, so a single gateway still fails on a port another process holds."""
+        return self.processes > 1
+
+    def process_flow(self) -> FlowConfig:
+        """This process's flow caps: its share of ``flow`` (:func:`.scale.split_flow`)."""
+        from loraplane.gateway.scale import split_flow
+
+        return split_flow(self.flow, self.processes, self.process_index)

@@ -27,8 +27,14 @@ class ServiceSpec:
     start_timeout_s: float = 60.0
     """How long the supervisor waits for ``/metrics`` (the worker starts an engine first)."""
     replicated: bool = False
-    """Whether ``make run`` starts ``StackSettings.workers`` of it (replica ``i`` > 0 on
-    ports shifted by ``REPLICA_PORT_STRIDE * i``, with its own id and state)."""
+    """Whether ``make run`` starts several of it: ``StackSettings.<replicas_setting>``
+    (replica ``i`` > 0 on ports shifted by ``REPLICA_PORT_STRIDE * i``, with its own id and
+    state), except its ``shared_ports``."""
+    replicas_setting: str = "workers"
+    """The ``StackSettings`` field that says how many replicas."""
+    shared_ports: tuple[str, ...] = ()
+    """Ports every replica binds alike (``SO_REUSEPORT``: the gateway's public gRPC and
+    HTTP ports); every other port, ``/metrics`` included, is the replica's own."""
 
     def env_prefix(self) -> str:
         return f"LORAPLANE_{self.name.upper().replace('-', '_')}_"
@@ -36,7 +42,8 @@ class ServiceSpec:
     def ports(self, s: StackSettings, replica: int = 0) -> dict[str, int]:
         assert s.port_base is not None
         shift = REPLICA_PORT_STRIDE * replica
-        out = {k: s.port_base + v + shift for k, v in self.port_offsets.items()}
+        out = {k: s.port_base + v + (0 if k in self.shared_ports else shift)
+               for k, v in self.port_offsets.items()}
         out["METRICS_PORT"] = s.port_base + self.metrics_offset + shift
         return out
 
@@ -45,15 +52,16 @@ class ServiceSpec:
 
     def replicas(self, s: StackSettings) -> int:
         """How many processes of this service the stack runs."""
-        return s.workers if self.replicated else 1
+        return int(getattr(s, self.replicas_setting)) if self.replicated else 1
 
     def instance(self, replica: int) -> str:
         """Process name of one replica: ``worker``, ``worker-1``, ..."""
         return self.name if replica == 0 else f"{self.name}-{replica}"
 
     def all_ports(self, s: StackSettings) -> list[int]:
-        """Every port of every replica."""
-        return [p for i in range(self.replicas(s)) for p in self.ports(s, i).values()]
+        """Every port of every replica (a shared one once)."""
+        return list(dict.fromkeys(
+            p for i in range(self.replicas(s)) for p in self.ports(s, i).values()))
 
     def exists(self) -> bool:
         try:
@@ -64,8 +72,9 @@ class ServiceSpec:
 
 REPLICA_PORT_STRIDE = 20
 """Port shift between replicas of a service (offsets 51–65 + 20 · i stay clear of the
-stack's own 1–18; only the worker is replicated, so its 54 / 64 + 20 · i must miss every
-other service's offset: 51, 53, 55–57, 61–63, 65)."""
+stack's own 1–18; the worker and the gateway are replicated, so the worker's 54 / 64 + 20 · i
+and the gateway's own metrics port 65 + 20 · i must miss every other service's offset: 51,
+53, 55–57, 61–63, 65; the gateway's public 55 / 56 are shared by its replicas)."""
 
 SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("registry", "loraplane.registry.__main__", {"GRPC_PORT": 51}, 61),
@@ -74,7 +83,10 @@ SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("cache-manager", "loraplane.cache_manager.__main__",
                 {"GRPC_PORT": 53, "PAGE_PORT": 57}, 63),
     ServiceSpec("worker", "loraplane.worker.__main__", {"GRPC_PORT": 54}, 64, 300.0, True),
-    ServiceSpec("gateway", "loraplane.gateway.__main__", {"GRPC_PORT": 55, "HTTP_PORT": 56}, 65),
+    # StackSettings.gateways processes serve the public ports together (SO_REUSEPORT)
+    ServiceSpec("gateway", "loraplane.gateway.__main__", {"GRPC_PORT": 55, "HTTP_PORT": 56}, 65,
+                replicated=True, replicas_setting="gateways",
+                shared_ports=("GRPC_PORT", "HTTP_PORT")),
 )
 
 

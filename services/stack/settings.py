@@ -106,6 +106,12 @@ class StackSettings(BaseSettings):
 
     workers: int = Field(default=2, ge=1, le=4)
     """Inference workers ``make run`` starts (each its own vLLM engine, ~3 GB of memory)."""
+    gateways: int = Field(default=2, ge=1, le=2)
+    """Gateway processes ``make run`` starts on the public gRPC and HTTP ports (shared with
+    ``SO_REUSEPORT``; each its own ``/metrics``: port base + 65 + 20 · i, and instance id
+    ``gateway-<i>``), each with its share of the per-worker flow caps
+    (``services/gateway/scale.py``). At most 2: the default flow caps split in two, not in
+    three (``background_slots_with_interactive`` is 2)."""
     restart_backoff_s: float = Field(default=1.0, gt=0)
     """First delay before the supervisor restarts a crashed component or service; doubled
     after each restart that did not stay up, up to ``restart_backoff_max_s``."""

@@ -45,7 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from loraplane.shared.resources import state_dir
 from loraplane.stack.certs import OPERATOR, ensure_dev_pki
-from loraplane.stack.components import Component, Health, StackError, port_in_use
+from loraplane.stack.components import Component, Health, StackError, _pid_alive, port_in_use
 from loraplane.stack.services import SERVICES, ServiceSpec, existing_services
 from loraplane.stack.settings import StackSettings
 from loraplane.stack.stack import Stack
@@ -121,6 +121,10 @@ def replica_env(s: StackSettings, spec: ServiceSpec, replica: int) -> dict[str, 
                                                           "nobind")
         host = "worker-host" if replica == 0 else f"worker-host-{replica}"
         env["LORAPLANE_WORKER_HOST_DIR"] = str(s.root / host)
+    if spec.name == "gateway":  # its share of the flow caps; the public ports shared
+        env["LORAPLANE_GATEWAY_PROCESSES"] = str(spec.replicas(s))
+        env["LORAPLANE_GATEWAY_PROCESS_INDEX"] = str(replica)
+        env["LORAPLANE_GATEWAY_INSTANCE_ID"] = f"gateway-{replica}"
     return env
 
 
@@ -142,6 +146,32 @@ class ServiceProcess(Component):
 
     def start_timeout_s(self) -> float:
         return max(self.spec.start_timeout_s, self.s.start_timeout_s)
+
+    def check_ports_free(self) -> None:
+        """Its own ports must be free; a shared one (the gateway's public ports) only while
+        no other replica of the service runs (then it is that replica's, and shared)."""
+        if not self.spec.shared_ports or not self._sibling_running():
+            super().check_ports_free()
+            return
+        own = {f"{self.spec.env_prefix()}{k}".lower()
+               for k in self.spec.shared_ports}
+        for label, port in self.ports().items():
+            if label not in own and port_in_use(port):
+                raise StackError(
+                    f"{self.name}: port {port} ({label}) is already taken by another process")
+
+    def _sibling_running(self) -> bool:
+        for i in range(self.spec.replicas(self.s)):
+            if i == self.replica:
+                continue
+            pidfile = self.s.root / "run" / f"svc-{self.spec.instance(i)}.pid"
+            try:
+                pid = int(pidfile.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if _pid_alive(pid):
+                return True
+        return False
 
     def command(self) -> list[str]:
         module = self.spec.module.removesuffix(".__main__")

@@ -195,13 +195,69 @@ def test_two_workers_by_default_each_with_its_own_ports_id_and_state(
     p0, p1 = (int(e["LORAPLANE_WORKER_GRPC_PORT"]) for e in (env0, env1))
     assert p1 - p0 == REPLICA_PORT_STRIDE
     every = [port for p in procs for port in p.ports().values()]
-    assert len(every) == len(set(every)), "two service processes share a port"
+    gateway = next(s for s in SERVICES if s.name == "gateway")
+    public = {gateway.ports(settings)[k] for k in gateway.shared_ports}
+    owned = [port for port in every if port not in public]
+    assert len(owned) == len(set(owned)), "two service processes share a port"
     spec = next(s for s in SERVICES if s.name == "worker")
     assert scrape_targets(settings)["worker"] == [
         spec.ports(settings, i)["METRICS_PORT"] for i in range(2)]
     one = StackSettings(profile="run", port_base=24000, data_dir=settings.root, workers=1)
     assert [p.name for p in service_processes(one, service_env(one))
             if p.spec.name == "worker"] == ["svc-worker"]
+
+
+def test_two_gateways_share_the_public_ports_each_with_its_own_metrics_and_share(
+    settings: StackSettings,
+) -> None:
+    procs = [p for p in service_processes(settings, service_env(settings))
+             if p.spec.name == "gateway"]
+    assert [p.name for p in procs] == ["svc-gateway", "svc-gateway-1"]  # two by default
+    env0, env1 = procs[0].env(), procs[1].env()
+    for var in ("LORAPLANE_GATEWAY_GRPC_PORT", "LORAPLANE_GATEWAY_HTTP_PORT"):
+        assert env0[var] == env1[var]
+    assert (int(env1["LORAPLANE_GATEWAY_METRICS_PORT"])
+            - int(env0["LORAPLANE_GATEWAY_METRICS_PORT"])) == REPLICA_PORT_STRIDE
+    assert [(e["LORAPLANE_GATEWAY_PROCESSES"], e["LORAPLANE_GATEWAY_PROCESS_INDEX"],
+             e["LORAPLANE_GATEWAY_INSTANCE_ID"]) for e in (env0, env1)] == [
+        ("2", "0", "gateway-0"), ("2", "1", "gateway-1")]
+    from loraplane.gateway.settings import GatewaySettings
+
+    for env in (env0, env1):  # what each process makes of it: half of every flow cap
+        flow = GatewaySettings(processes=int(env["LORAPLANE_GATEWAY_PROCESSES"]),
+                               process_index=int(env["LORAPLANE_GATEWAY_PROCESS_INDEX"]),
+                               ).process_flow()
+        assert flow.max_in_flight_per_worker == 4
+    gateway = next(s for s in SERVICES if s.name == "gateway")
+    targets = scrape_targets(settings)["gateway"]
+    assert targets == [gateway.ports(settings, i)["METRICS_PORT"] for i in range(2)]
+    one = StackSettings(profile="run", port_base=24000, data_dir=settings.root, gateways=1)
+    assert [p.name for p in service_processes(one, service_env(one))
+            if p.spec.name == "gateway"] == ["svc-gateway"]
+
+
+def test_a_gateway_replica_starts_beside_a_running_one_on_the_shared_ports(
+    settings: StackSettings,
+) -> None:
+    import socket
+
+    from loraplane.stack.components import StackError
+
+    procs = [p for p in service_processes(settings, service_env(settings))
+             if p.spec.name == "gateway"]
+    grpc_port = int(procs[0].env()["LORAPLANE_GATEWAY_GRPC_PORT"])
+    with socket.socket() as held:  # someone listens on the shared port
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", grpc_port))
+        held.listen()
+        with pytest.raises(StackError, match="already taken"):  # no sibling: not ours
+            procs[1].check_ports_free()
+        procs[0].pidfile.parent.mkdir(parents=True, exist_ok=True)
+        procs[0].pidfile.write_text(str(os.getpid()))  # the sibling runs: it is its port
+        try:
+            procs[1].check_ports_free()
+        finally:
+            procs[0].pidfile.unlink()
 
 
 MAX_WORKERS = next(m.le for m in StackSettings.model_fields["workers"].metadata
@@ -221,6 +277,9 @@ def test_port_plan_has_no_collisions(profile: str, workers: int, tmp_path: Path)
     for spec in SERVICES:
         for i in range(spec.replicas(s)):
             for var, port in spec.ports(s, i).items():
+                if i and var in spec.shared_ports:  # the gateways' public ports: replica 0's
+                    assert port == spec.ports(s, 0)[var]
+                    continue
                 owners.setdefault(port, []).append(f"{spec.instance(i)}.{var}")
     shared = {port: names for port, names in owners.items() if len(names) > 1}
     assert not shared, f"ports with two owners: {shared}"
