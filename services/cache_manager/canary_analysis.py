@@ -28,6 +28,16 @@ at least ``ttft_min_samples`` on each side.
 
 Every decision carries the figures that decided it (:meth:`Decision.figures`), which
 the executor writes into the registry's audit entry.
+
+A **stable** version is judged too (:func:`decide_stable`): when the lower bound of its
+error rate after load, over the window, is above the upper bound of the rest of its base
+model's stable traffic (the reference: a worker or engine outage fails every version
+alike and is no verdict on one; a sample too, hence its upper bound) plus
+``max_stable_error_rate``, it is taken out of routing (never without ``min_requests``
+reference requests: alone on its base model, a failing version and an outage look alike) —
+``rollback`` to the release's rollback target when there is one the analysis has not
+taken out itself, else ``withdraw`` (no version to fall back to: it is taken out of HOT
+and its requests follow their class's cold-start budget).
 """
 
 from __future__ import annotations
@@ -72,6 +82,12 @@ class Reason(str, Enum):
     """No canary share yet (staged at 0 %): the analysis starts when a share is set."""
     # advance / promote
     STAGE_PASSED = "stage_passed"
+    # stable versions
+    STABLE_ERROR_RATE = "stable_error_rate"
+    """The stable version's requests fail after load (rollback or withdraw)."""
+    HEALTHY = "healthy"
+    NO_REFERENCE = "no_reference"
+    """Too little other stable traffic on the base model to judge a stable version."""
 
 
 class AnalysisRules(BaseModel):
@@ -111,6 +127,12 @@ class AnalysisRules(BaseModel):
     ttft_max_ratio: float = Field(default=1.5, ge=1.0)
     """Canary tail allowed up to ``ratio × stable's tail + slack``."""
     ttft_slack_ms: float = Field(default=50.0, ge=0.0)
+    judge_stable: bool = True
+    """Also judge the stable version (:func:`decide_stable`); False: only canaries."""
+    max_stable_error_rate: float = Field(default=0.02, ge=0.0, le=1.0)
+    """Error rate after load a stable version may have above the rest of its base model's
+    stable traffic (the seed's ``error_rate_after_load > 0.02``); beyond, with the Wilson
+    bound at ``confidence`` and ``n`` floored at ``min_requests``: rollback or withdraw."""
 
     @field_validator("stages")
     @classmethod
@@ -225,6 +247,9 @@ class VersionFigures:
     """Of those, failed ones served by it (not degraded), i.e. failures after load."""
     degraded: int = 0
     """Of those, served by the base model because it was cold."""
+    refused: int = 0
+    """Not in ``requests``: failed while it was COLD at arrival (refused per the cold-start
+    budget, or its load on the request path failed): no verdict on its answers."""
     load_attempts: int = 0
     """Load commands answered for it (success or failure)."""
     load_failures: int = 0
@@ -240,6 +265,7 @@ class VersionFigures:
         """Counts (not the samples) for audit entries and the CLI."""
         out: dict[str, Any] = {
             "requests": self.requests, "errors": self.errors, "degraded": self.degraded,
+            "refused": self.refused,
             "load_attempts": self.load_attempts, "load_failures": self.load_failures,
             "golden_ok": self.golden_ok, "golden_failed": self.golden_failed,
         }
@@ -429,3 +455,114 @@ def decide(s: CanarySnapshot, rules: AnalysisRules, now: float) -> Decision:
     return out(Action.ADVANCE, Reason.STAGE_PASSED,
                f"{s.percent} % stage passed ({served} requests, {s.canary.errors} errors): "
                f"{nxt} %", nxt)
+
+
+# --------------------------------------------------------------------------- stable
+
+
+class StableAction(str, Enum):
+    """What the analysis asks for a stable version."""
+
+    KEEP = "keep"
+    ROLLBACK = "rollback"
+    """Make the rollback target stable again (the registry's ``Rollback``)."""
+    WITHDRAW = "withdraw"
+    """No version to fall back to: take it out of HOT (its requests follow their class's
+    cold-start budget: degrade to the base model or fail fast with a retry hint)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StableSnapshot:
+    """One stable version as the analysis sees it."""
+
+    adapter_id: str
+    stable_version: str
+    rollback_target: str
+    """The release's rollback target ("" if none, or one the analysis took out itself)."""
+    stable: VersionFigures
+    reference: VersionFigures
+    """The other stable versions of the same base model over the same window, summed."""
+
+
+@dataclass(frozen=True, slots=True)
+class StableDecision:
+    """The analysis' answer for one stable version."""
+
+    action: StableAction
+    reason: Reason
+    detail: str
+    adapter_id: str
+    stable_version: str
+    to_version: str
+    """Rollback: the version made stable; otherwise ""."""
+    stable: VersionFigures
+    reference: VersionFigures
+    checks: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def decision_id(self) -> str:
+        """``adapter@version:stable:action`` (one step per failing stable version)."""
+        return f"{self.adapter_id}@{self.stable_version}:stable:{self.action.value}"
+
+    @property
+    def acts(self) -> bool:
+        return self.action is not StableAction.KEEP
+
+    def figures(self) -> dict[str, Any]:
+        """Everything that decided, as JSON-ready data (the audit entry's payload)."""
+        return {
+            "decision_id": self.decision_id, "action": self.action.value,
+            "reason": self.reason.value, "detail": self.detail,
+            "stable": {"version": self.stable_version, **self.stable.as_dict()},
+            "reference": self.reference.as_dict(), "to_version": self.to_version,
+            "checks": dict(self.checks),
+        }
+
+
+def decide_stable(s: StableSnapshot, rules: AnalysisRules, now: float) -> StableDecision:
+    """The decision for one stable version at ``now`` (see the module docstring)."""
+    del now  # the window is the caller's; kept for the same signature as :func:`decide`
+
+    def out(action: StableAction, reason: Reason, detail: str, to: str = "",
+            checks: Mapping[str, Any] | None = None) -> StableDecision:
+        return StableDecision(action, reason, detail, s.adapter_id, s.stable_version, to,
+                              s.stable, s.reference, checks or {})
+
+    if not rules.enabled or not rules.judge_stable:
+        return out(StableAction.KEEP, Reason.DISABLED, "stable analysis disabled by the rules")
+    c, ref = s.stable, s.reference
+    served, ref_served = c.requests - c.degraded, ref.requests - ref.degraded
+    if c.errors and ref_served < rules.min_requests:
+        return out(StableAction.KEEP, Reason.NO_REFERENCE,
+                   f"{c.errors} of {served} requests served by stable failed, but the base "
+                   f"model's other stable versions served {ref_served} (< {rules.min_requests}"
+                   "): a version failure cannot be told from an outage")
+    if c.errors:
+        bad, fig = _rate_check("stable_error_rate_after_load", c.errors, served, ref.errors,
+                               ref_served, rules.max_stable_error_rate, rules)
+        # the reference is a sample too (often a small one): compare with its upper bound
+        ref_upper = wilson_bounds(ref.errors, ref_served, rules.confidence)[1] \
+            if ref_served else 0.0
+        limit = ref_upper + rules.max_stable_error_rate
+        bad = fig["lower_bound"] > limit
+        fig.update(reference_upper_bound=round(ref_upper, 4), limit=round(limit, 4))
+        if bad:
+            detail = (f"{c.errors} of {served} requests served by stable {s.stable_version} "
+                      f"failed (lower bound {fig['lower_bound']:.3f} > limit "
+                      f"{fig['limit']:.3f})")
+            if s.rollback_target and s.rollback_target != s.stable_version:
+                return out(StableAction.ROLLBACK, Reason.STABLE_ERROR_RATE,
+                           f"{detail}: rolled back to {s.rollback_target}",
+                           s.rollback_target, {"error_rate": fig})
+            return out(StableAction.WITHDRAW, Reason.STABLE_ERROR_RATE,
+                       f"{detail}: no version to roll back to, taken out of HOT", "",
+                       {"error_rate": fig})
+    return out(StableAction.KEEP, Reason.HEALTHY,
+               f"{c.errors} of {served} requests served by stable failed")
+
+
+def sum_figures(figs: Sequence[VersionFigures]) -> VersionFigures:
+    """Request counts of several versions added up (the stable analysis' reference)."""
+    return VersionFigures(requests=sum(f.requests for f in figs),
+                          errors=sum(f.errors for f in figs),
+                          degraded=sum(f.degraded for f in figs))

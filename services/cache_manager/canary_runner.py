@@ -24,6 +24,16 @@ A step is never taken twice:
 After an abort the version is demoted wherever it is HOT (``CacheCore.canary_aborted``)
 and kept from loading again for the block time, so it is drained and taken out of HOT;
 stable is unchanged.
+
+:meth:`CanaryRunner.tick_stable` judges every adapter's stable version the same way
+(:func:`~loraplane.cache_manager.canary_analysis.decide_stable`, against the rest of its
+base model's stable traffic): a failing one is rolled back through the registry's
+``Rollback`` (audited with the figures, ``RolledBack`` event: the gateways route to the
+target) and demoted everywhere; with no target it is *withdrawn*: demoted everywhere and
+kept from loading while it stays the stable pointer (its requests follow their class's
+cold-start budget), logged, counted and in the decision log, but not in the registry's
+audit (it has no RPC for it). The versions it took out are kept in memory for the
+leadership (a rollback never returns to one of them).
 """
 
 from __future__ import annotations
@@ -44,7 +54,12 @@ from loraplane.cache_manager.canary_analysis import (
     AnalysisRules,
     CanarySnapshot,
     Decision,
+    StableAction,
+    StableDecision,
+    StableSnapshot,
     decide,
+    decide_stable,
+    sum_figures,
 )
 from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import ApplyResult
@@ -149,6 +164,13 @@ class RegistryActions(Protocol):
                       reason: str) -> None:
         """``Promote``: make the canary stable."""
 
+    async def stable_of(self, tenant_id: str, adapter_name: str) -> str:
+        """The adapter's stable version as the registry has it ("" if none)."""
+
+    async def rollback(self, tenant_id: str, adapter_name: str, to_version: str,
+                       reason: str) -> None:
+        """``Rollback``: make ``to_version`` stable again."""
+
 
 class GrpcRegistryActions:
     """:class:`RegistryActions` over the registry's admin gRPC API (operator token)."""
@@ -194,12 +216,25 @@ class GrpcRegistryActions:
                                         version=version, reason=reason),
             metadata=self._metadata, timeout=self.timeout_s)
 
+    async def stable_of(self, tenant_id: str, adapter_name: str) -> str:
+        resp = await self._stub().GetRelease(
+            registry_pb2.GetReleaseRequest(tenant_id=tenant_id, adapter_name=adapter_name),
+            metadata=self._metadata, timeout=self.timeout_s)
+        return str(resp.release.stable_version)
+
+    async def rollback(self, tenant_id: str, adapter_name: str, to_version: str,
+                       reason: str) -> None:
+        await self._stub().Rollback(
+            registry_pb2.RollbackRequest(tenant_id=tenant_id, adapter_name=adapter_name,
+                                         to_version=to_version, reason=reason),
+            metadata=self._metadata, timeout=self.timeout_s)
+
 
 RulesFor = Callable[[str, str], AnalysisRules]
 """(tenant, adapter name) → the analysis rules that apply."""
 
 
-def reason_text(decision: Decision) -> str:
+def reason_text(decision: Decision | StableDecision) -> str:
     """The registry reason of a step: :data:`REASON_PREFIX` + its figures as JSON."""
     return REASON_PREFIX + json.dumps(decision.figures(), sort_keys=True,
                                       separators=(",", ":"))
@@ -221,20 +256,30 @@ class CanaryRunner:
         """Called with the aborted version id (the service demotes it everywhere)."""
         self.on_step: Callable[[Decision], None] = lambda _d: None
         """Called after each step the registry took (metrics, logs)."""
+        self.stable_last: dict[str, StableDecision] = {}
+        """The latest stable decision per adapter id."""
+        self.withdrawn: dict[str, str] = {}
+        """Version id → decision id of the stable versions the analysis took out."""
+        self.on_withdraw: Callable[[str, float, str], None] = lambda _vid, _now, _d: None
+        """Called with a failing stable version id (the service demotes it everywhere and
+        keeps it from loading), the time and the decision's detail."""
+        self.on_stable_step: Callable[[StableDecision], None] = lambda _d: None
+        self._held: set[str] = set()
+        """Withdrawn versions still the stable pointer: kept out of HOT every tick."""
 
     async def start(self) -> None:
         """Load the durable runs (takeover)."""
         self.runs = await self.store.load()
 
     def watched(self, state: State) -> set[str]:
-        """Version ids whose events the window keeps: every canary and its stable."""
+        """Version ids whose events the window keeps: every canary and every stable."""
         out: set[str] = set()
         for adapter_id, ptr in state.pointers.items():
+            tenant, _, name = adapter_id.partition("/")
             if ptr.canary:
-                tenant, _, name = adapter_id.partition("/")
                 out.add(version_id(tenant, name, ptr.canary))
-                if ptr.stable:
-                    out.add(version_id(tenant, name, ptr.stable))
+            if ptr.stable:
+                out.add(version_id(tenant, name, ptr.stable))
         return out
 
     def snapshot(self, state: State, adapter_id: str, run: Run, now: float) -> CanarySnapshot:
@@ -298,6 +343,67 @@ class CanaryRunner:
                 taken.append(decision)
         return taken
 
+    def stable_snapshots(self, state: State, now: float) -> list[StableSnapshot]:
+        """The stable analysis' input: one per adapter with a stable version, its reference
+        the other stable versions of the same base model over the same window."""
+        rows: list[tuple[str, str, str, str, float]] = []
+        for adapter_id, ptr in state.pointers.items():
+            if not ptr.stable:
+                continue
+            tenant, _, name = adapter_id.partition("/")
+            vid = version_id(tenant, name, ptr.stable)
+            rec = state.versions.get(vid)
+            since = now - self.rules_for(tenant, name).window_s
+            rows.append((adapter_id, vid, rec.ref.base_model if rec else "", ptr.stable, since))
+        out: list[StableSnapshot] = []
+        for adapter_id, vid, base, version, since in rows:
+            ptr = state.pointers[adapter_id]
+            tenant, _, name = adapter_id.partition("/")
+            target = ptr.rollback_target
+            if target and version_id(tenant, name, target) in self.withdrawn:
+                target = ""  # never back to a version the analysis took out
+            others = [self.window.figures(v, since, now) for a, v, b, _, _ in rows
+                      if a != adapter_id and b == base]
+            out.append(StableSnapshot(adapter_id, version, target,
+                                      self.window.figures(vid, since, now),
+                                      sum_figures(others)))
+        return out
+
+    async def tick_stable(self, state: State, now: float) -> list[StableDecision]:
+        """Judge every stable version; roll back or withdraw the failing ones. Returns the
+        steps taken (a withdrawn version is kept out while it stays stable, silently)."""
+        stable_vids: set[str] = set()
+        taken: list[StableDecision] = []
+        for snap in self.stable_snapshots(state, now):
+            tenant, _, name = snap.adapter_id.partition("/")
+            vid = version_id(tenant, name, snap.stable_version)
+            stable_vids.add(vid)
+            if vid in self._held:
+                # taken out already (rollback pending in the pointers, or no target): keep
+                # it out of HOT while it is the stable pointer
+                self.on_withdraw(vid, now, "stable withdrawn by the analysis")
+                continue
+            d = decide_stable(snap, self.rules_for(tenant, name), now)
+            self.stable_last[snap.adapter_id] = d
+            if not d.acts:
+                continue
+            if d.action is StableAction.ROLLBACK:
+                if await self.actions.stable_of(tenant, name) != d.stable_version:
+                    continue  # someone moved the pointer meanwhile
+                await self.actions.rollback(tenant, name, d.to_version, reason_text(d))
+            self.withdrawn[vid] = d.decision_id
+            self._held.add(vid)
+            self.on_withdraw(vid, now, d.detail)
+            log.warning("stable %s@%s: %s (%s): %s", d.adapter_id, d.stable_version,
+                        d.action.value, d.reason.value, d.detail)
+            self.on_stable_step(d)
+            taken.append(d)
+        # a version no longer stable (rolled back, or an operator released another) is no
+        # longer held out (its block time still runs); made stable again by a person, it
+        # is judged afresh
+        self._held &= stable_vids
+        return taken
+
     async def _apply(self, d: Decision, run: Run, now: float) -> bool:
         tenant, _, name = d.adapter_id.partition("/")
         current = await self.actions.current(tenant, name)
@@ -344,7 +450,8 @@ def observe(window: CanaryWindow, msg: Message, result: ApplyResult, now: float)
             window.request(Ref.of(a).version_id, t, request_id=c.request_id,
                            klass=request_class_from_proto(c.request_class).value,
                            ok=c.status_code == 0, degraded=c.degraded_to_base,
-                           ttft_ms=c.ttft_ms)
+                           ttft_ms=c.ttft_ms,
+                           cold=c.tier_at_arrival == common_pb2.TIER_COLD)
         return
     if not result.resolutions:
         return
@@ -366,6 +473,7 @@ async def run_loop(runner: CanaryRunner, state: State, *, interval_s: float,
     while True:
         try:
             await runner.tick(state, clock())
+            await runner.tick_stable(state, clock())
         except (grpc.aio.AioRpcError, OSError, asyncpg.PostgresError,
                 asyncpg.InterfaceError) as exc:
             log.warning("canary analysis: step failed, retried next tick: %s", exc)

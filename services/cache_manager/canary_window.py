@@ -30,6 +30,7 @@ class _Request:
     ok: bool
     degraded: bool
     ttft_ms: float
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,15 +68,18 @@ class CanaryWindow:
     # ------------------------------------------------------------------ input
 
     def request(self, vid: str, t: float, *, request_id: str, klass: str, ok: bool,
-                degraded: bool, ttft_ms: float) -> bool:
-        """One completed request resolved to ``vid``; False when already counted."""
+                degraded: bool, ttft_ms: float, cold: bool = False) -> bool:
+        """One completed request resolved to ``vid``; False when already counted.
+        ``cold``: it arrived while the version was COLD (a failure then is a refusal per
+        its cold-start budget or a load failure, not an error after load)."""
         if request_id:
             if request_id in self._seen:
                 return False
             self._seen[request_id] = None
             if len(self._seen) > self._dedupe_capacity:
                 self._seen.popitem(last=False)
-        self._queue(self._requests, vid).append(_Request(t, klass, ok, degraded, ttft_ms))
+        self._queue(self._requests, vid).append(
+            _Request(t, klass, ok, degraded, ttft_ms, cold and not ok and not degraded))
         return True
 
     def load(self, vid: str, t: float, *, ok: bool, error: str = "") -> None:
@@ -97,10 +101,13 @@ class CanaryWindow:
 
     def figures(self, vid: str, since: float, until: float) -> VersionFigures:
         """``vid``'s events with ``since <= t <= until``, summed."""
-        requests = errors = degraded = 0
+        requests = errors = degraded = refused = 0
         ttft: dict[str, list[float]] = {}
         for r in self._requests.get(vid, ()):
             if not since <= r.t <= until:
+                continue
+            if r.refused:
+                refused += 1
                 continue
             requests += 1
             if r.degraded:
@@ -128,7 +135,8 @@ class CanaryWindow:
             if g.failed:
                 last_golden = g.error
         return VersionFigures(
-            requests=requests, errors=errors, degraded=degraded, load_attempts=attempts,
+            requests=requests, errors=errors, degraded=degraded, refused=refused,
+            load_attempts=attempts,
             load_failures=failures, last_load_error=last_load, golden_ok=g_ok,
             golden_failed=g_failed, last_golden_error=last_golden,
             ttft_ms={k: tuple(v) for k, v in ttft.items()},

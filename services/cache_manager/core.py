@@ -215,14 +215,16 @@ class CacheCore:
         self._queued.append(CommandSpec(CommandKind.DEMOTE, worker_id, vid, "golden_set_failed",
                                         detail, source="rule:canary_shadow"))
 
-    def canary_aborted(self, vid: str, now: float) -> None:
-        """The canary analysis aborted ``vid``: demote it wherever it is HOT (the worker
-        drains its in-flight requests first) and keep it from loading for the block time."""
+    def canary_aborted(self, vid: str, now: float, *, reason: str = "canary_aborted",
+                       detail: str = "canary analysis") -> None:
+        """The canary analysis aborted ``vid`` (or withdrew a failing stable version,
+        ``reason="stable_withdrawn"``): demote it wherever it is HOT (the worker drains
+        its in-flight requests first) and keep it from loading for the block time."""
         for w in self.state.workers.values():
             self._no_load[(w.worker_id, vid)] = now + self.rules.commands.backoff_max_s
             if w.tier_of(vid) is Tier.HOT:
                 self._queued.append(CommandSpec(CommandKind.DEMOTE, w.worker_id, vid,
-                                                "canary_aborted", "canary analysis",
+                                                reason, detail,
                                                 source="rule:canary_analysis"))
 
     def publish_failed(self, command_id: str, now: float) -> Resolution | None:

@@ -64,14 +64,36 @@ class Weekday(str, Enum):
 _WEEKDAYS = list(Weekday)
 
 
+class GoldenPrompt(_Strict):
+    """One golden-set entry: a prompt and, optionally, the answer it must get."""
+
+    prompt: str = Field(min_length=1)
+    expect: str | None = None
+    """The exact greedy answer (``golden_max_tokens`` tokens, temperature 0) the adapter's
+    golden set was recorded with; a canary answering anything else fails it. None: the
+    request only has to complete."""
+
+
+GoldenEntry = str | GoldenPrompt
+"""A plain prompt (checked to complete) or a :class:`GoldenPrompt`."""
+
+
+def _prompts(entries: list[GoldenEntry]) -> list[GoldenPrompt]:
+    return [e if isinstance(e, GoldenPrompt) else GoldenPrompt(prompt=e) for e in entries]
+
+
 class CanaryRules(_Strict):
     """Canary warm-up before traffic."""
 
     warm_replicas: int = Field(default=1, ge=0)
     """HOT replicas a canary version gets as soon as its pointer is set (0 = leave to policy)."""
-    golden_set: list[str] = Field(default_factory=list)
+    golden_set: list[GoldenEntry] = Field(default_factory=list)
     """Prompts sent as shadow requests (class CANARY) to each worker where a canary
-    became HOT; empty = no shadow requests."""
+    became HOT; empty = no shadow requests. An entry is a prompt (the request must
+    complete) or ``{prompt, expect}`` (its greedy answer must be ``expect``)."""
+    golden_sets: dict[str, list[GoldenEntry]] = Field(default_factory=dict)
+    """Per ``tenant/adapter``: the adapter's own golden set, replacing ``golden_set``
+    for its canaries (typically with the answers recorded from a trusted version)."""
     golden_max_tokens: int = Field(default=8, ge=1)
     """Tokens generated per shadow request."""
     golden_timeout_s: float = Field(default=20.0, gt=0)
@@ -89,6 +111,10 @@ class CanaryRules(_Strict):
     @model_validator(mode="after")
     def _overrides(self) -> CanaryRules:
         problems: list[str] = []
+        for key in self.golden_sets:
+            tenant, _, adapter = key.partition("/")
+            if not tenant or not adapter or "/" in adapter:
+                problems.append(f"golden_sets: key {key!r} is not 'tenant/adapter'")
         for key, patch in self.analysis_overrides.items():
             tenant, _, adapter = key.partition("/")
             if not tenant or "/" in adapter:
@@ -103,6 +129,16 @@ class CanaryRules(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def golden_for(self, tenant: str, adapter: str) -> list[GoldenPrompt]:
+        """The golden set of one adapter's canaries (its own, else the deployment's)."""
+        own = self.golden_sets.get(f"{tenant}/{adapter}")
+        return _prompts(own if own is not None else self.golden_set)
+
+    @property
+    def any_golden_set(self) -> bool:
+        """Whether some canary gets shadow requests."""
+        return bool(self.golden_set) or any(self.golden_sets.values())
 
     def analysis_for(self, tenant: str, adapter: str) -> AnalysisRules:
         """The analysis rules of one adapter (overrides and the kill switch applied)."""

@@ -48,7 +48,7 @@ from loraplane.cache_manager.kafka_io import (
 )
 from loraplane.cache_manager.messages import build_command
 from loraplane.cache_manager.metrics import CacheMetrics, StateCollector
-from loraplane.cache_manager.model import CommandKind
+from loraplane.cache_manager.model import CommandKind, Tier, version_id
 from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.cache_manager.shadow import GrpcShadowRunner, ShadowRunner
@@ -170,6 +170,8 @@ class CacheManagerService:
         """Set (at the end of a leadership) once the stats are flushed: the consumers then
         commit their positions and close."""
         self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self._exercised: set[tuple[str, str]] = set()
+        """(worker, canary version) pairs whose golden set was sent since it became HOT."""
         self.canary: canary_runner.CanaryRunner | None = None
         """The canary analysis of the current leadership (None when standby)."""
 
@@ -397,26 +399,57 @@ class CacheManagerService:
                 log.info("command %s %s %s on %s: %s %s", res.pending.command_id, kind.value,
                          res.pending.spec.version_id, res.pending.spec.worker_id, res.result,
                          res.code)
-            elif kind is CommandKind.LOAD_HOT and self.rules.canary.golden_set:
+            elif kind is CommandKind.LOAD_HOT and self.rules.canary.any_golden_set:
                 self._maybe_shadow(core, res)
 
     def _maybe_shadow(self, core: CacheCore, res: Resolution) -> None:
+        """A load made a version HOT: exercise it there (again) if it is a canary."""
         vid, wid = res.pending.spec.version_id, res.pending.spec.worker_id
+        self._exercised.discard((wid, vid))
+        self._exercise(core, wid, vid)
+
+    def _shadow_sweep(self, core: CacheCore) -> None:
+        """Every canary HOT on a worker where it was not exercised yet gets its golden set
+        there: a version already HOT when its canary pointer is set (loaded on a request
+        path, or by the policy) had no load answer to trigger it."""
+        if not self.rules.canary.any_golden_set:
+            return
+        canaries = set()
+        for adapter_id, ptr in core.state.pointers.items():
+            if not ptr.canary:
+                continue
+            tenant, _, name = adapter_id.partition("/")
+            vid = version_id(tenant, name, ptr.canary)
+            canaries.add(vid)
+            for w in core.state.workers.values():
+                if w.tier_of(vid) is Tier.HOT and (w.worker_id, vid) not in self._exercised:
+                    self._exercise(core, w.worker_id, vid)
+        self._exercised = {k for k in self._exercised if k[1] in canaries}
+
+    def _exercise(self, core: CacheCore, wid: str, vid: str) -> None:
+        if (wid, vid) in self._exercised:
+            return
         rec = core.state.versions.get(vid)
         w = core.state.workers.get(wid)
         if rec is None or w is None or not w.grpc_address or not core.state.is_staged_canary(rec):
             return
         canary = self.rules.canary
+        golden = canary.golden_for(rec.ref.tenant_id, rec.ref.adapter_name)
+        if not golden:
+            return
+        self._exercised.add((wid, vid))
 
         async def exercise() -> None:
             result = await self.shadow.run(
-                w.grpc_address, rec, list(canary.golden_set),
+                w.grpc_address, rec, golden,
                 max_tokens=canary.golden_max_tokens, timeout_s=canary.golden_timeout_s)
             self.metrics.shadow.labels("ok").inc(result.ok)
             self.metrics.shadow.labels("failed").inc(result.failed)
             if self.canary is not None:
                 self.canary.window.golden(vid, self.clock(), ok=result.ok, failed=result.failed,
                                           error="; ".join(result.errors)[:300])
+            log.info("canary %s golden set on %s: %d ok, %d failed", vid, wid, result.ok,
+                     result.failed)
             if result.failed > canary.golden_max_failures and self.core is core:
                 log.warning("canary %s failed its golden set on %s: %s", vid, wid, result.errors)
                 core.shadow_failed(wid, vid, self.clock(),
@@ -447,8 +480,15 @@ class CacheManagerService:
             core.canary_aborted(vid, now)
             self._trigger.set()
 
+        def withdrawn(vid: str, now: float, detail: str) -> None:
+            core.canary_aborted(vid, now, reason="stable_withdrawn", detail=detail)
+            self._trigger.set()
+
         runner.on_abort = aborted
+        runner.on_withdraw = withdrawn
         runner.on_step = lambda d: self.metrics.canary_steps.labels(
+            d.action.value, d.reason.value).inc()
+        runner.on_stable_step = lambda d: self.metrics.canary_steps.labels(
             d.action.value, d.reason.value).inc()
         return [asyncio.create_task(
             canary_runner.run_loop(runner, core.state, interval_s=s.cache_manager_canary_interval_s,
@@ -505,6 +545,7 @@ class CacheManagerService:
         self.metrics.decision_seconds.observe(time.perf_counter() - t0)
         self.metrics.rounds.labels(cause).inc()
         self._resolutions(core, result.resolutions)
+        self._shadow_sweep(core)
         for wid in result.gone_workers:
             log.warning("worker %s stopped reporting: gone", wid)
         for note in result.round.notes:

@@ -12,10 +12,14 @@ from loraplane.cache_manager.canary_analysis import (
     AnalysisRules,
     CanarySnapshot,
     Reason,
+    StableAction,
+    StableSnapshot,
     VersionFigures,
     decide,
+    decide_stable,
     quantile,
     quantile_lower_bound,
+    sum_figures,
     wilson_bounds,
 )
 from loraplane.cache_manager.rules import RulesConfigError, rules_from_mapping
@@ -192,3 +196,74 @@ def test_a_staged_canary_at_zero_percent_waits_unless_it_cannot_load() -> None:
         is Reason.NOT_RUNNING
     broken = VersionFigures(load_attempts=2, load_failures=2)
     assert decide(snap(broken, percent=0), RULES, T0 + 1).action is Action.ABORT
+
+
+# --------------------------------------------------------------------------- stable
+
+
+def stable_snap(stable: VersionFigures, reference: VersionFigures | None = None, *,
+                target: str = "v0") -> StableSnapshot:
+    return StableSnapshot("acme/code", "v1", target, stable,
+                          reference or VersionFigures(requests=1000, errors=2))
+
+
+def test_failing_stable_is_rolled_back_to_its_target_with_the_figures() -> None:
+    d = decide_stable(stable_snap(VersionFigures(requests=40, errors=8)), RULES, T0)
+    assert (d.action, d.reason, d.to_version) == (StableAction.ROLLBACK,
+                                                  Reason.STABLE_ERROR_RATE, "v0")
+    fig = d.figures()
+    assert fig["decision_id"] == "acme/code@v1:stable:rollback"
+    assert fig["stable"]["errors"] == 8 and fig["reference"]["requests"] == 1000
+    check = fig["checks"]["error_rate"]
+    upper = wilson_bounds(2, 1000, RULES.confidence)[1]
+    assert check["reference_upper_bound"] == pytest.approx(upper, abs=1e-4)
+    assert check["lower_bound"] > check["limit"] == pytest.approx(upper + 0.02, abs=1e-4)
+    assert "rolled back to v0" in d.detail
+
+
+def test_failing_stable_without_a_target_is_withdrawn() -> None:
+    d = decide_stable(stable_snap(VersionFigures(requests=40, errors=8), target=""), RULES, T0)
+    assert (d.action, d.to_version) == (StableAction.WITHDRAW, "")
+    assert "no version to roll back to" in d.detail
+    # a target equal to the failing version is none
+    assert decide_stable(stable_snap(VersionFigures(requests=40, errors=8), target="v1"),
+                         RULES, T0).action is StableAction.WITHDRAW
+
+
+def test_stable_is_kept_on_few_failures_healthy_figures_or_a_fleet_wide_outage() -> None:
+    # one failure of a handful: n is floored at min_requests, nothing is proven
+    assert decide_stable(stable_snap(VersionFigures(requests=3, errors=1)), RULES,
+                         T0).action is StableAction.KEEP
+    # 1 % errors against a 0.2 % reference, 0.02 allowed: kept
+    assert decide_stable(stable_snap(VersionFigures(requests=1000, errors=10)), RULES,
+                         T0).action is StableAction.KEEP
+    # every stable version of the base model fails as much (a worker outage): no verdict
+    outage = VersionFigures(requests=400, errors=100)
+    assert decide_stable(stable_snap(VersionFigures(requests=40, errors=10), outage), RULES,
+                         T0).action is StableAction.KEEP
+    # alone on its base model (no reference traffic): an outage would look the same
+    d = decide_stable(stable_snap(VersionFigures(requests=40, errors=40), VersionFigures()),
+                      RULES, T0)
+    assert (d.action, d.reason) == (StableAction.KEEP, Reason.NO_REFERENCE)
+    assert "cannot be told from an outage" in d.detail
+    # degraded requests were not served by it: not errors (one error of 10 served holds)
+    d = decide_stable(stable_snap(VersionFigures(requests=60, errors=1, degraded=50)),
+                      RULES, T0)
+    assert d.action is StableAction.KEEP and d.reason is Reason.HEALTHY
+    assert "1 of 10 requests" in d.detail
+
+
+def test_stable_analysis_off_by_rule_or_kill_switch() -> None:
+    bad = stable_snap(VersionFigures(requests=40, errors=8))
+    for rules in (RULES.model_copy(update={"judge_stable": False}),
+                  RULES.model_copy(update={"enabled": False})):
+        d = decide_stable(bad, rules, T0)
+        assert (d.action, d.reason) == (StableAction.KEEP, Reason.DISABLED)
+    with pytest.raises(ValidationError):
+        AnalysisRules(max_stable_error_rate=1.5)
+
+
+def test_sum_figures_adds_request_counts() -> None:
+    total = sum_figures([VersionFigures(requests=3, errors=1, degraded=1),
+                         VersionFigures(requests=5, errors=2)])
+    assert (total.requests, total.errors, total.degraded) == (8, 3, 1)

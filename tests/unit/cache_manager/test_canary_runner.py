@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from loraplane.cache_manager.canary_analysis import Action, AnalysisRules, Reason
+from loraplane.cache_manager.canary_analysis import Action, AnalysisRules, Reason, StableAction
 from loraplane.cache_manager.canary_runner import REASON_PREFIX, CanaryRunner, Run, observe
 from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import ApplyResult
@@ -41,10 +41,22 @@ class FakeRegistry:
     async def promote(self, tenant_id: str, adapter_name: str, version: str,
                       reason: str) -> None:
         self.calls.append(("promote", version, reason))
+        self.previous = self.stable
         self.stable, self.canary, self.percent = version, "", 0
 
+    async def stable_of(self, tenant_id: str, adapter_name: str) -> str:
+        return self.stable
+
+    async def rollback(self, tenant_id: str, adapter_name: str, to_version: str,
+                       reason: str) -> None:
+        self.calls.append(("rollback", to_version, reason))
+        self.previous, self.stable = self.stable, to_version
+
+    previous: str = ""
+
     def pointers(self) -> Pointers:
-        return Pointers(stable=self.stable, canary=self.canary, canary_percent=self.percent)
+        return Pointers(stable=self.stable, canary=self.canary, canary_percent=self.percent,
+                        previous_stable=self.previous)
 
 
 @dataclass
@@ -171,12 +183,14 @@ async def test_a_share_changed_by_a_person_starts_a_new_stage_and_pause_holds() 
 
 
 def _completion(version: str, request_id: str, *, status: int = 0, degraded: bool = False,
-                klass: int = 1, ttft: float = 12.0) -> events_pb2.RequestCompleted:
+                klass: int = 1, ttft: float = 12.0,
+                tier: int = common_pb2.TIER_HOT) -> events_pb2.RequestCompleted:
     ref = common_pb2.AdapterRef(tenant_id="acme", adapter_name="code", version=version,
                                 base_model="loraplane/tiny-llama")
     return events_pb2.RequestCompleted(meta=new_meta("gw", ref), request_id=request_id,
                                        request_class=klass, status_code=status,  # type: ignore[arg-type]
-                                       degraded_to_base=degraded, ttft_ms=ttft)
+                                       degraded_to_base=degraded, ttft_ms=ttft,
+                                       tier_at_arrival=tier)  # type: ignore[arg-type]
 
 
 def test_observe_counts_requests_once_and_leaves_shadow_requests_to_the_golden_set() -> None:
@@ -188,8 +202,23 @@ def test_observe_counts_requests_once_and_leaves_shadow_requests_to_the_golden_s
     ])
     observe(w, batch, ApplyResult(Applied()), time.time())
     f = w.figures(CANARY, 0, time.time() + 1)
-    assert (f.requests, f.errors, f.degraded) == (3, 1, 1)
+    assert (f.requests, f.errors, f.degraded, f.refused) == (3, 1, 1, 0)
     assert f.ttft_ms == {"interactive": (12.0,)}
+
+
+def test_observe_counts_failures_while_cold_as_refusals_not_errors_after_load() -> None:
+    w = CanaryWindow()
+    batch = events_pb2.HeatBatch(completions=[
+        # refused per its cold-start budget (never reached a loaded copy)
+        _completion("v1", "c1", status=14, tier=common_pb2.TIER_COLD),
+        _completion("v1", "c2", status=14, tier=common_pb2.TIER_COLD),
+        _completion("v1", "c3", tier=common_pb2.TIER_COLD),       # cold, then served
+        _completion("v1", "c4", status=13, tier=common_pb2.TIER_WARM),  # failed after load
+    ])
+    observe(w, batch, ApplyResult(Applied()), time.time())
+    f = w.figures(STABLE, 0, time.time() + 1)
+    assert (f.requests, f.errors, f.refused) == (2, 1, 2)
+    assert f.as_dict()["refused"] == 2
 
 
 def test_observe_takes_load_answers_with_their_message_and_skips_timeouts() -> None:
@@ -229,3 +258,81 @@ def test_collector_exports_each_running_canary_stage_age_and_pause() -> None:
     assert reg.get_sample_value("loraplane_cache_canary_paused", labels) == 1
     runner.runs = {}
     assert reg.get_sample_value("loraplane_cache_canary_stage_percent", labels) is None
+
+
+# --------------------------------------------------------------------------- stable
+
+
+OTHER = "acme/chat"  # another adapter on the same base model: the reference traffic
+
+
+def stable_setup(reg: FakeRegistry) -> tuple[CanaryRunner, State, list[tuple[str, str]]]:
+    state = State()
+    state.set_pointers(ADAPTER, reg.pointers())
+    state.set_pointers(OTHER, Pointers(stable="v9"))
+    runner = CanaryRunner(lambda _t, _a: RULES, reg, MemStore(), CanaryWindow())
+    out: list[tuple[str, str]] = []
+    runner.on_withdraw = lambda vid, _now, detail: out.append((vid, detail))
+    serve(runner, "acme/chat@v9", T0, 200, tag="ref")
+    return runner, state, out
+
+
+async def test_failing_stable_is_rolled_back_once_through_the_registry_and_demoted() -> None:
+    reg = FakeRegistry(canary="", percent=0, stable="v1", previous="v0")
+    runner, state, withdrawn = stable_setup(reg)
+    serve(runner, STABLE, T0 + 1, 10)
+    assert await runner.tick_stable(state, T0 + 2) == []  # healthy
+    serve(runner, STABLE, T0 + 3, 4, ok=False)
+    taken = await runner.tick_stable(state, T0 + 4)
+    assert [(d.action, d.reason, d.to_version) for d in taken] == [
+        (StableAction.ROLLBACK, Reason.STABLE_ERROR_RATE, "v0")]
+    assert [c[:2] for c in reg.calls] == [("rollback", "v0")]
+    reason = reg.calls[0][2]
+    assert reason.startswith(REASON_PREFIX) and '"errors":4' in reason
+    assert '"reference":{' in reason and '"requests":200' in reason
+    assert withdrawn and withdrawn[0][0] == STABLE and "rolled back to v0" in withdrawn[0][1]
+    # before the lifecycle event arrives: kept out of HOT, not rolled back twice
+    assert await runner.tick_stable(state, T0 + 5) == []
+    assert len(reg.calls) == 1 and len(withdrawn) == 2
+    # the event arrives: v0 is stable; when v0 fails too, it is never rolled "back" to v1
+    state.set_pointers(ADAPTER, reg.pointers())
+    assert reg.pointers().rollback_target == "v1"
+    serve(runner, "acme/code@v0", T0 + 6, 5, ok=False)
+    taken = await runner.tick_stable(state, T0 + 7)
+    assert [(d.action, d.stable_version) for d in taken] == [(StableAction.WITHDRAW, "v0")]
+    assert len(reg.calls) == 1  # a withdraw has no registry call
+    assert withdrawn[-1][0] == "acme/code@v0"
+
+
+async def test_failing_stable_without_a_target_is_withdrawn_while_it_stays_stable() -> None:
+    reg = FakeRegistry(canary="", percent=0, stable="v1")
+    runner, state, withdrawn = stable_setup(reg)
+    serve(runner, STABLE, T0 + 1, 6, ok=False)
+    taken = await runner.tick_stable(state, T0 + 2)
+    assert [d.action for d in taken] == [StableAction.WITHDRAW] and reg.calls == []
+    assert "no version to roll back to" in withdrawn[0][1]
+    for t in (3, 4):  # held out every tick, one step only
+        assert await runner.tick_stable(state, T0 + t) == []
+    assert [v for v, _ in withdrawn] == [STABLE] * 3
+    # an operator releases another version: the old one is no longer held out
+    state.set_pointers(ADAPTER, Pointers(stable="v2", previous_stable="v1"))
+    assert await runner.tick_stable(state, T0 + 5) == []
+    assert len(withdrawn) == 3
+
+
+async def test_fleet_wide_failures_roll_nothing_back_and_a_moved_pointer_is_left() -> None:
+    reg = FakeRegistry(canary="", percent=0, stable="v1", previous="v0")
+    runner, state, _ = stable_setup(reg)
+    # a worker outage: the other stable version's requests fail as much (400 of 600)
+    serve(runner, "acme/chat@v9", T0 + 1, 400, ok=False, tag="outage")
+    serve(runner, STABLE, T0 + 1, 4)
+    serve(runner, STABLE, T0 + 1, 6, ok=False, tag="outage")
+    assert await runner.tick_stable(state, T0 + 2) == [] and reg.calls == []
+    assert runner.stable_last[ADAPTER].action is StableAction.KEEP
+    # a clear failure, but the registry's stable moved on (a person promoted v2)
+    reg2 = FakeRegistry(canary="", percent=0, stable="v1", previous="v0")
+    runner2, state2, withdrawn2 = stable_setup(reg2)
+    serve(runner2, STABLE, T0 + 1, 10, ok=False)
+    reg2.stable = "v2"
+    assert await runner2.tick_stable(state2, T0 + 2) == []
+    assert reg2.calls == [] and withdrawn2 == []

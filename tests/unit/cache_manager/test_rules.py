@@ -85,3 +85,38 @@ def test_schedule_matching() -> None:
     assert not s.matches("other", "support")
     assert _sched().matches("acme", "anything")
     assert yaml.safe_load(yaml.safe_dump(RulesConfig().model_dump(mode="json"))) is not None
+
+
+def test_golden_sets_per_adapter_with_expected_answers() -> None:
+    from loraplane.cache_manager.rules import GoldenPrompt
+    from loraplane.cache_manager.shadow import judge_answer
+
+    rules = parse({"canary": {
+        "golden_set": ["Hello"],
+        "golden_sets": {"acme/support": [{"prompt": "Hi", "expect": " there"}, "Bye"],
+                        "acme/quiet": []},
+    }})
+    c = rules.canary
+    assert c.any_golden_set
+    assert c.golden_for("acme", "support") == [GoldenPrompt(prompt="Hi", expect=" there"),
+                                               GoldenPrompt(prompt="Bye")]
+    assert c.golden_for("acme", "code") == [GoldenPrompt(prompt="Hello")]  # the deployment's
+    assert c.golden_for("acme", "quiet") == []  # its own, empty: no shadow requests
+    hi, bye = c.golden_for("acme", "support")
+    assert judge_answer(hi, " there") == ""
+    why = judge_answer(hi, " world")
+    assert "diverges from the golden expectation" in why and "' world'" in why, why
+    assert judge_answer(bye, "anything at all") == ""  # no expectation: completing is enough
+    assert not parse({}).canary.any_golden_set
+
+
+def test_bad_golden_sets_are_refused_naming_the_entry() -> None:
+    with pytest.raises(RulesConfigError) as err:
+        parse({"canary": {"golden_sets": {"acme": ["Hi"], "acme/x": [{"prompt": ""}],
+                                          "acme/y": [{"prompt": "a", "colour": 1}]}}})
+    text = " | ".join(err.value.problems)
+    for needle in ("golden_sets.acme/x", "golden_sets.acme/y", "colour"):
+        assert needle in text, text
+    with pytest.raises(RulesConfigError) as err:
+        parse({"canary": {"golden_sets": {"acme": ["Hi"]}}})
+    assert "golden_sets: key 'acme' is not 'tenant/adapter'" in str(err.value)
