@@ -14,7 +14,20 @@ three alike:
   its own again, with mutual TLS between them (the stack's dev CA, ``shared/tls.py``: the
   worker requires the gateway's client certificate and checks it against its table), so
   ``mtls_*`` ratios put TLS beside plaintext (latency and CPU per request of the gateway
-  and of the worker). The tenant side stays plaintext (edge TLS is not built).
+  and of the worker). The tenant side stays plaintext (edge TLS is not built);
+* **gateway_x2** (``--x2``, the default): two gateway processes serving one port
+  (``LORAPLANE_GATEWAY_PROCESSES=2``: ``SO_REUSEPORT``, each its share of the flow caps),
+  on the plaintext worker; its CPU per request is both processes' together, and the
+  requests each process served (``gateway_x2_requests_per_process``, read from each one's
+  ``/metrics`` over the measured rounds) give ``gateway_x2_spread_pct``, the largest
+  deviation from an even share (target ±15 %). ``x2_cpu_ratio`` is its CPU per request
+  over the bare proxy's (target ≤ 1.10, like ``cpu_ratio`` of one process),
+  ``x2_vs_one_cpu_ratio`` / ``x2_vs_one_rps_ratio`` put it beside one process.
+
+Each client opens ``--connections`` (64) connections to every target and its requests
+take them in turn: the kernel spreads connections, not requests, between processes
+sharing a port, so the balance of ``gateway_x2`` is that of ``clients × connections``
+hashed connections.
 
 Every component is its own process; the load comes from ``--clients`` client
 processes with bounded concurrency. Two phases per round:
@@ -50,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -60,7 +74,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -87,8 +101,14 @@ API_KEY = "lp_bench_secret"
 TARGETS = ("direct", "proxy", "gateway")
 MTLS = "gateway_mtls"
 """The gateway → worker hop over mutual TLS (a second worker and gateway pair)."""
+X2 = "gateway_x2"
+"""Two gateway processes sharing one port (SO_REUSEPORT), on the plaintext worker."""
 WORKERS = ("null", "echo")
 LATENCY_RATIO_TARGET = 1.2
+CPU_RATIO_TARGET = 1.10
+"""Gateway CPU per request over the bare proxy's (issue 18)."""
+SPREAD_TARGET_PCT = 15.0
+"""Largest deviation of one gateway_x2 process's requests from an even share (issue 18)."""
 RPS_TARGET = 2000.0
 
 
@@ -102,6 +122,13 @@ class ServeOptions:
     """Run every server process's event loop on uvloop."""
     pki_dir: str = ""
     """The dev CA's directory (``stack/certs.py``) for the mutual-TLS pair."""
+    processes: int = 1
+    """Gateway processes sharing the port (``gateway_x2``: 2) and this one's index."""
+    process_index: int = 0
+    port: int = 0
+    """The gateway's port (0: any free one; the second ``gateway_x2`` process: the first's)."""
+    metrics_port: int = 0
+    """The gateway's ``/metrics`` (0: none), scraped for its request count."""
 
 
 @dataclass(frozen=True)
@@ -170,8 +197,8 @@ async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str,
         await server.start()
         out.put((role, "bare pass-through proxy", port, version))
         await server.wait_for_termination()
-    elif role in ("gateway", MTLS):
-        app = await _start_gateway(worker_addr, version, tls)
+    elif role in ("gateway", MTLS) or role.startswith(X2):
+        app = await _start_gateway(worker_addr, version, tls, options)
         out.put((role, "gateway", app.grpc_port, version))
         await asyncio.Event().wait()
 
@@ -303,7 +330,8 @@ class BareProxy(inference_pb2_grpc.InferenceServicer):
 
 
 async def _start_gateway(worker_addr: str, version: Version,
-                         tls: dict[str, str] | None = None) -> Any:
+                         tls: dict[str, str] | None = None,
+                         options: ServeOptions = ServeOptions()) -> Any:
     from loraplane.gateway.app import GatewayApp
     from loraplane.gateway.auth import key_hash
     from loraplane.gateway.catalog import VersionInfo
@@ -316,15 +344,17 @@ async def _start_gateway(worker_addr: str, version: Version,
     from loraplane.gateway.flow import FlowConfig
 
     settings = GatewaySettings(
-        grpc_port=0, http_port=0, metrics_port=0, bootstrap=False, consume_events=False,
-        instance_id="bench",
+        grpc_port=options.port, http_port=0, metrics_port=options.metrics_port,
+        bootstrap=False, consume_events=False, instance_id=f"bench-{options.process_index}",
+        processes=options.processes, process_index=options.process_index,  # x2: shared port
         # the request path's own cost, at a concurrency above one tenant's default quota
         # and the admission limit per worker (flow control is make bench-isolation's):
         # quotas counted but unlimited, admission without a limit
         default_max_in_flight=0, flow=FlowConfig(max_in_flight_per_worker=0),
         **(tls or {}),  # the mutual-TLS pair: the gateway's certificate towards its worker
     )
-    app = GatewayApp(settings, publisher=NullPublisher(), serve_metrics=False)
+    app = GatewayApp(settings, publisher=NullPublisher(),
+                     serve_metrics=bool(options.metrics_port))
     g = app.gateway
     g.auth.add_key(TENANT, "bench-key", key_hash(API_KEY))
     g.catalog.upsert_version(VersionInfo(TENANT, ADAPTER, VERSION, BASE_MODEL,
@@ -356,9 +386,10 @@ class PhaseResult:
     """Tokens received by completed requests."""
 
 
-def _client(conn: Connection, addrs: dict[str, str], version: Version) -> None:
+def _client(conn: Connection, addrs: dict[str, str], version: Version,
+            connections: int = 1) -> None:
     """Process entry: run phases on command until told to stop."""
-    asyncio.run(_client_async(conn, addrs, version))
+    asyncio.run(_client_async(conn, addrs, version, connections))
 
 
 async def _load(
@@ -366,28 +397,34 @@ async def _load(
     n: int,
     concurrency: int,
     tokens: int,
-    worker: worker_pb2_grpc.WorkerInternalStub,
-    stubs: dict[str, inference_pb2_grpc.InferenceStub],
+    worker: list[worker_pb2_grpc.WorkerInternalStub],
+    stubs: dict[str, list[inference_pb2_grpc.InferenceStub]],
     version: Version,
 ) -> PhaseResult:
-    """``n`` streamed requests to ``target`` with ``concurrency`` in flight."""
+    """``n`` streamed requests to ``target`` with ``concurrency`` in flight, taking the
+    target's connections in turn (request ``k`` on connection ``k % connections``)."""
     auth = (("authorization", f"Bearer {API_KEY}"),)
     params = inference_pb2.GenerateRequest(adapter=ADAPTER, prompt="bench prompt",
                                            max_tokens=tokens)
     result = PhaseResult()
     remaining = [n]
 
+    turn = itertools.count()
+
     async def one() -> None:
         while remaining[0] > 0:
             remaining[0] -= 1
+            j = next(turn)
             t0 = time.perf_counter()
             first = 0.0
             messages = tokens_seen = 0
             try:
                 if target == "direct":
-                    call = worker.Generate(_worker_request(params, version), timeout=30)
+                    call = worker[j % len(worker)].Generate(_worker_request(params, version),
+                                                            timeout=30)
                 else:
-                    call = stubs[target].Generate(params, metadata=auth, timeout=30)
+                    pool = stubs[target]
+                    call = pool[j % len(pool)].Generate(params, metadata=auth, timeout=30)
                 async for msg in call:
                     if not first:
                         first = time.perf_counter()
@@ -408,10 +445,17 @@ async def _load(
     return result
 
 
-async def _client_async(conn: Connection, addrs: dict[str, str], version: Version) -> None:
-    channels = {t: grpc.aio.insecure_channel(a) for t, a in addrs.items()}
-    worker = worker_pb2_grpc.WorkerInternalStub(channels["direct"])
-    stubs = {t: inference_pb2_grpc.InferenceStub(channels[t]) for t in addrs if t != "direct"}
+async def _client_async(conn: Connection, addrs: dict[str, str], version: Version,
+                        connections: int = 1) -> None:
+    # ``connections`` channels per target, each its own TCP connection (a local subchannel
+    # pool: channels to one address would share one otherwise); SO_REUSEPORT spreads
+    # connections, not requests, between the gateway_x2 processes
+    opts = [("grpc.use_local_subchannel_pool", 1)]
+    channels = {t: [grpc.aio.insecure_channel(a, options=opts) for _ in range(connections)]
+                for t, a in addrs.items()}
+    worker = [worker_pb2_grpc.WorkerInternalStub(ch) for ch in channels["direct"]]
+    stubs = {t: [inference_pb2_grpc.InferenceStub(ch) for ch in channels[t]]
+             for t in addrs if t != "direct"}
     loop = asyncio.get_running_loop()
     while True:
         cmd = await loop.run_in_executor(None, conn.recv)
@@ -420,8 +464,9 @@ async def _client_async(conn: Connection, addrs: dict[str, str], version: Versio
         target, n, concurrency, tokens = cmd
         result = await _load(target, n, concurrency, tokens, worker, stubs, version)
         conn.send(result)
-    for ch in channels.values():
-        await ch.close()
+    for pool in channels.values():
+        for ch in pool:
+            await ch.close()
 
 
 # --------------------------------------------------------------------------- orchestration
@@ -442,6 +487,33 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _served(metrics_port: int) -> int:
+    """Requests a gateway process's /metrics counts (``loraplane_gateway_requests_total``,
+    every outcome)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return int(sum(s.value for fam in text_string_to_metric_families(text)
+                   for s in fam.samples if s.name == "loraplane_gateway_requests_total"))
+
+
+def spread_pct(counts: list[int]) -> float:
+    """Largest deviation of one process's count from the even share, in % of that share."""
+    even = sum(counts) / max(1, len(counts))
+    return round(max(abs(n - even) for n in counts) / even * 100, 1) if even else float("nan")
 
 
 def run_phase(clients: list[Connection], target: str, n: int, concurrency: int,
@@ -479,12 +551,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="run every server process (worker, proxy, gateway) on uvloop, as the "
                          "gateway runs by default (default: %(default)s)")
     ap.add_argument("--clients", type=int, default=2, help="load generator processes")
+    ap.add_argument("--connections", type=int, default=64,
+                    help="connections each client opens to every target (requests take them "
+                         "in turn); the kernel spreads connections, not requests, between "
+                         "the two gateway_x2 processes, so the spread is that of --clients x "
+                         "--connections hashed connections (default: %(default)s)")
+    ap.add_argument("--x2", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure two gateway processes sharing one port (gateway_x2; "
+                         "default: %(default)s)")
     ap.add_argument("--worker", choices=WORKERS, default="null",
                     help="null: the worker service on its null engine; echo: the echo worker")
     ap.add_argument("--out", type=Path, default=Path(".loraplane/bench/gateway.json"))
     args = ap.parse_args(argv)
     if args.tokens_per_message < 1:
         ap.error("--tokens-per-message must be >= 1")
+    if args.connections < 1:
+        ap.error("--connections must be >= 1")
     if args.tokens_per_message != 1 and args.worker != "null":
         ap.error("--tokens-per-message needs --worker null (the echo worker sends one token "
                  "per message)")
@@ -492,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[Any] = []
     workdir = tempfile.mkdtemp(prefix="loraplane-bench-gateway-")
     targets = (*TARGETS, MTLS) if args.worker == "null" else TARGETS
+    if args.x2:
+        targets = (*targets, X2)
     pki = ""
     if MTLS in targets:
         from loraplane.stack.certs import ensure_dev_pki
@@ -503,10 +587,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         q = ctx.Queue()
 
-        def start(role: str, worker_addr: str, version: Version) -> tuple[str, int, Version]:
+        def start(role: str, worker_addr: str, version: Version,
+                  opts: ServeOptions = options) -> tuple[str, int, Version]:
             p = ctx.Process(target=_serve, daemon=True,
                             args=(role, q, worker_addr, args.worker, workdir, version,
-                                  options))
+                                  opts))
             p.start()
             procs.append(p)
             name, desc, port, held = q.get(timeout=120)
@@ -525,12 +610,25 @@ def main(argv: list[str] | None = None) -> int:
             _, mtls_worker_port, mtls_version = start("worker_mtls", "", Version())
             mtls_port = start(MTLS, f"127.0.0.1:{mtls_worker_port}", mtls_version)[1]
             addrs[MTLS] = f"127.0.0.1:{mtls_port}"
+        x2_metrics: list[int] = []
+        if X2 in targets:  # two gateway processes on one port, the same plaintext worker
+            x2_port = 0
+            for i in range(2):
+                x2_metrics.append(_free_port())
+                got = start(f"{X2}_{i}", worker_addr, version, replace(
+                    options, processes=2, process_index=i, port=x2_port,
+                    metrics_port=x2_metrics[i]))[1]
+                x2_port = x2_port or got
+            addrs[X2] = f"127.0.0.1:{x2_port}"
+        measured = {t: [pids[f"{X2}_0"], pids[f"{X2}_1"]] if t == X2 else [pids[t]]
+                    for t in targets}
         worker_pid = {t: pids["worker_mtls" if t == MTLS else "direct"] for t in targets}
         clients: list[Connection] = []
         client_pids: list[int] = []
         for _ in range(args.clients):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_client, args=(child, addrs, version), daemon=True)
+            p = ctx.Process(target=_client, args=(child, addrs, version, args.connections),
+                            daemon=True)
             p.start()
             procs.append(p)
             clients.append(parent)
@@ -546,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         client_cpu: dict[str, list[float]] = {t: [] for t in targets}
         worker_cpu: dict[str, list[float]] = {t: [] for t in targets}
         messages: dict[str, list[int]] = {t: [0, 0, 0] for t in targets}  # msgs, tokens, reqs
+        x2_before = [_served(port) for port in x2_metrics]
         for _ in range(args.rounds):
             for t in targets:
                 r = run_phase(clients, t, args.latency_requests, args.latency_concurrency,
@@ -554,12 +653,12 @@ def main(argv: list[str] | None = None) -> int:
                 lat[t].ttft_ms += r.ttft_ms
                 lat[t].errors += r.errors
             for t in targets:
-                before = cpu_seconds(pids[t])
+                before = sum(cpu_seconds(pid) for pid in measured[t])
                 before_worker = cpu_seconds(worker_pid[t])
                 before_clients = sum(cpu_seconds(c) for c in client_pids)
                 r = run_phase(clients, t, args.throughput_requests, args.throughput_concurrency,
                               args.tokens)
-                used = cpu_seconds(pids[t]) - before
+                used = sum(cpu_seconds(pid) for pid in measured[t]) - before
                 done = max(1, len(r.latencies_ms))
                 tput[t].append(len(r.latencies_ms) / r.elapsed_s)
                 cpu[t].append(used * 1e6 / done)
@@ -572,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
                 counts[2] += len(r.latencies_ms)
                 tput_lat[t].latencies_ms += r.latencies_ms
                 tput_lat[t].errors += r.errors
+        x2_counts = [_served(port) - b for port, b in zip(x2_metrics, x2_before, strict=True)]
         for c in clients:
             c.send(None)
     finally:
@@ -634,6 +734,17 @@ def main(argv: list[str] | None = None) -> int:
         report["mtls_worker_cpu_ratio"] = round(
             report[f"{MTLS}_worker_cpu_us_per_request"]
             / report["gateway_worker_cpu_us_per_request"], 3)
+    if X2 in targets:  # two processes on one port beside one process
+        report[f"{X2}_capacity_rps"] = round(1e6 / report[f"{X2}_cpu_us_per_request"], 1)
+        report[f"{X2}_requests_per_process"] = x2_counts
+        report[f"{X2}_spread_pct"] = spread_pct(x2_counts)
+        report["x2_cpu_ratio"] = round(
+            report[f"{X2}_cpu_us_per_request"] / report["proxy_cpu_us_per_request"], 3)
+        report["x2_vs_one_cpu_ratio"] = round(
+            report[f"{X2}_cpu_us_per_request"] / report["gateway_cpu_us_per_request"], 3)
+        report["x2_vs_one_rps_ratio"] = round(report[f"{X2}_rps"] / report["gateway_rps"], 3)
+        report["x2_spread_target_pct"] = SPREAD_TARGET_PCT
+    report["cpu_ratio_target"] = CPU_RATIO_TARGET
     report["ratio_p50_target"] = LATENCY_RATIO_TARGET
     report["gateway_rps_target"] = RPS_TARGET
 
@@ -672,6 +783,22 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 {report['mtls_ratio_p99']:.3f}, at load p50 "
               f"{report['mtls_ratio_loaded_p50']:.3f}; CPU per request gateway "
               f"{report['mtls_gateway_cpu_ratio']:.3f}, worker {report['mtls_worker_cpu_ratio']:.3f}")
+    print(f"CPU per request / bare proxy's: one gateway process {report['cpu_ratio']:.3f} "
+          f"(target <= {CPU_RATIO_TARGET}: "
+          f"{'met' if report['cpu_ratio'] <= CPU_RATIO_TARGET else 'NOT met'})")
+    if X2 in targets:
+        spread = report[f"{X2}_spread_pct"]
+        print(f"two gateway processes on one port (SO_REUSEPORT, {args.clients} x "
+              f"{args.connections} connections): CPU per request (both processes) "
+              f"{report[f'{X2}_cpu_us_per_request']:.0f} us = {report['x2_cpu_ratio']:.3f} x "
+              f"the bare proxy's, {report['x2_vs_one_cpu_ratio']:.3f} x one process's "
+              f"(target <= {CPU_RATIO_TARGET} x proxy: "
+              f"{'met' if report['x2_cpu_ratio'] <= CPU_RATIO_TARGET else 'NOT met'}); "
+              f"requests/s {report[f'{X2}_rps']:.0f} = {report['x2_vs_one_rps_ratio']:.3f} x "
+              f"one process's on this machine; requests per process "
+              f"{' / '.join(str(n) for n in x2_counts)}, spread +-{spread:.1f} % "
+              f"(target +-{SPREAD_TARGET_PCT:g} %: "
+              f"{'met' if spread <= SPREAD_TARGET_PCT else 'NOT met'})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")

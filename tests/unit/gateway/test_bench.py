@@ -45,6 +45,16 @@ def test_bench_writes_the_required_figures(tmp_path: Path, worker: str | None,
     assert report["ratio_p50"] == round(report["gateway_p50_ms"] / report["proxy_p50_ms"], 3)
     assert report["gateway_errors"] == report["proxy_errors"] == report["direct_errors"] == 0
     assert report["gateway_cpu_us_per_request"] > 0
+    # two gateway processes on one port: every request counted by one of them, both served
+    per_process = report["gateway_x2_requests_per_process"]
+    assert sum(per_process) == 40 + 80 and min(per_process) > 0, per_process
+    assert report["gateway_x2_errors"] == 0
+    assert report["gateway_x2_tokens_received_per_request"] == 4
+    assert report["x2_cpu_ratio"] == round(
+        report["gateway_x2_cpu_us_per_request"] / report["proxy_cpu_us_per_request"], 3)
+    even = sum(per_process) / 2
+    assert report["gateway_x2_spread_pct"] == round(
+        max(abs(n - even) for n in per_process) / even * 100, 1)
 
 
 def test_bench_refuses_chunks_on_the_echo_worker(tmp_path: Path) -> None:
