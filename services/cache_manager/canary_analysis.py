@@ -11,7 +11,8 @@ one :class:`Decision`:
   degrade to the base model), ``ttft_p<q>`` (its first-token tail, per request
   class, is worse than stable's beyond the rule);
 * ``hold`` — nothing failed, but the stage is not over (dwell time or minimum
-  requests not reached), or the analysis is paused / disabled;
+  requests not reached, or its golden set has not answered yet), or the analysis is
+  paused / disabled;
 * ``advance`` — the stage is over and clean: next share in ``stages``;
 * ``promote`` — the last stage (100 %) is over and clean: make it stable.
 
@@ -80,6 +81,8 @@ class Reason(str, Enum):
     DISABLED = "disabled"
     NOT_RUNNING = "not_running"
     """No canary share yet (staged at 0 %): the analysis starts when a share is set."""
+    GOLDEN_PENDING = "golden_pending"
+    """Its golden set has not answered yet."""
     # advance / promote
     STAGE_PASSED = "stage_passed"
     # stable versions
@@ -290,6 +293,9 @@ class CanarySnapshot:
     canary: VersionFigures
     stable: VersionFigures
     paused: bool = False
+    golden_pending: bool = False
+    """A golden set applies to it and has not answered yet (never run, or running): it
+    may abort but neither advance nor be promoted before its golden set is in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +444,9 @@ def decide(s: CanarySnapshot, rules: AnalysisRules, now: float) -> Decision:
         return out(Action.HOLD, Reason.PAUSED, "paused by an operator", s.percent)
     if s.percent <= 0:
         return out(Action.HOLD, Reason.NOT_RUNNING, "staged at 0 %: no share yet", 0)
+    if s.golden_pending:
+        return out(Action.HOLD, Reason.GOLDEN_PENDING,
+                   "its golden set has not answered yet", s.percent)
     if age < rules.dwell_s:
         return out(Action.HOLD, Reason.DWELL,
                    f"{age:.0f} s of {rules.dwell_s:.0f} s in the {s.percent} % stage",

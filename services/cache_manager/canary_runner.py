@@ -264,6 +264,9 @@ class CanaryRunner:
         """Called with a failing stable version id (the service demotes it everywhere and
         keeps it from loading), the time and the decision's detail."""
         self.on_stable_step: Callable[[StableDecision], None] = lambda _d: None
+        self.golden_pending: Callable[[str], bool] = lambda _vid: False
+        """Whether a canary version's golden set applies and has not answered yet (the
+        service knows its shadow runs)."""
         self._held: set[str] = set()
         """Withdrawn versions still the stable pointer: kept out of HOT every tick."""
 
@@ -292,7 +295,8 @@ class CanaryRunner:
         stable = self.window.figures(version_id(tenant, name, ptr.stable), since, now) \
             if ptr.stable else self.window.figures("", since, now)
         return CanarySnapshot(adapter_id, ptr.canary, ptr.stable, ptr.canary_percent,
-                              run.stage_started_at, canary, stable, run.paused)
+                              run.stage_started_at, canary, stable, run.paused,
+                              self.golden_pending(version_id(tenant, name, ptr.canary)))
 
     async def _sync_runs(self, state: State, now: float) -> None:
         """One run per canary pointer: new canaries and share changes made by someone

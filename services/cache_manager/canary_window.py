@@ -90,6 +90,10 @@ class CanaryWindow:
         """A golden-set run against ``vid`` finished."""
         self._queue(self._golden, vid).append(_Golden(t, ok, failed, error))
 
+    def golden_seen(self, vid: str) -> bool:
+        """Whether any golden-set run against ``vid`` finished (whenever)."""
+        return bool(self._golden.get(vid))
+
     def keep(self, vids: Iterable[str]) -> None:
         """Forget every version not in ``vids``."""
         wanted = set(vids)

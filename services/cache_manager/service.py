@@ -171,6 +171,8 @@ class CacheManagerService:
         commit their positions and close."""
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self._exercised: set[tuple[str, str]] = set()
+        self._golden_running: dict[str, int] = {}
+        """Canary version id → golden-set runs in flight."""
         """(worker, canary version) pairs whose golden set was sent since it became HOT."""
         self.canary: canary_runner.CanaryRunner | None = None
         """The canary analysis of the current leadership (None when standby)."""
@@ -439,10 +441,23 @@ class CacheManagerService:
             return
         self._exercised.add((wid, vid))
 
+        self._golden_running[vid] = self._golden_running.get(vid, 0) + 1
+
         async def exercise() -> None:
-            result = await self.shadow.run(
-                w.grpc_address, rec, golden,
-                max_tokens=canary.golden_max_tokens, timeout_s=canary.golden_timeout_s)
+            try:
+                result = await self.shadow.run(
+                    w.grpc_address, rec, golden,
+                    max_tokens=canary.golden_max_tokens, timeout_s=canary.golden_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a shadow run must never die unseen
+                log.warning("canary %s golden set on %s could not run: %s", vid, wid, exc)
+                self._exercised.discard((wid, vid))  # the next round's sweep retries it
+                return
+            finally:
+                left = self._golden_running.get(vid, 1) - 1
+                if left > 0:
+                    self._golden_running[vid] = left
+                else:
+                    self._golden_running.pop(vid, None)
             self.metrics.shadow.labels("ok").inc(result.ok)
             self.metrics.shadow.labels("failed").inc(result.failed)
             if self.canary is not None:
@@ -484,7 +499,14 @@ class CacheManagerService:
             core.canary_aborted(vid, now, reason="stable_withdrawn", detail=detail)
             self._trigger.set()
 
+        def golden_pending(vid: str) -> bool:
+            rec = core.state.versions.get(vid)
+            if rec is None or not canary.golden_for(rec.ref.tenant_id, rec.ref.adapter_name):
+                return False
+            return vid in self._golden_running or not runner.window.golden_seen(vid)
+
         runner.on_abort = aborted
+        runner.golden_pending = golden_pending
         runner.on_withdraw = withdrawn
         runner.on_step = lambda d: self.metrics.canary_steps.labels(
             d.action.value, d.reason.value).inc()

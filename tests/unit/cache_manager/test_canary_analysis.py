@@ -267,3 +267,20 @@ def test_sum_figures_adds_request_counts() -> None:
     total = sum_figures([VersionFigures(requests=3, errors=1, degraded=1),
                          VersionFigures(requests=5, errors=2)])
     assert (total.requests, total.errors, total.degraded) == (8, 3, 1)
+
+
+def test_a_canary_whose_golden_set_has_not_answered_neither_advances_nor_is_promoted() -> None:
+    served = VersionFigures(requests=50)
+    for percent in (10, 100):
+        s = CanarySnapshot("acme/code", "v2", "v1", percent, T0, served,
+                           VersionFigures(requests=1000), golden_pending=True)
+        d = decide(s, RULES, T0 + 600)
+        assert (d.action, d.reason) == (Action.HOLD, Reason.GOLDEN_PENDING)
+    # failures still abort while it is pending
+    s = CanarySnapshot("acme/code", "v2", "v1", 10, T0, VersionFigures(requests=20, errors=10),
+                       VersionFigures(requests=1000), golden_pending=True)
+    assert decide(s, RULES, T0 + 1).action is Action.ABORT
+    # once answered (and clean) it advances
+    s = CanarySnapshot("acme/code", "v2", "v1", 10, T0, VersionFigures(requests=50, golden_ok=2),
+                       VersionFigures(requests=1000))
+    assert decide(s, RULES, T0 + 600).action is Action.ADVANCE
