@@ -243,6 +243,9 @@ class GatewayApp:
         self._tasks.flusher = asyncio.create_task(
             run_flusher(g.heat, g.prewarm, interval_s=s.heat_flush_interval_s)
         )
+        if s.reuse_port:  # join the shared ports once this process can answer
+            with contextlib.suppress(TimeoutError):
+                await self.wait_ready(s.join_ready_timeout_s)
         edge = (edge_server_credentials(s.edge_tls_cert_file, s.edge_tls_key_file,
                                         expiry=CertExpiry.for_registry(self.metrics.registry))
                 if s.edge_tls_cert_file else None)

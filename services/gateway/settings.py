@@ -46,6 +46,11 @@ class GatewaySettings(CommonSettings):
     process_index: int = Field(default=0, ge=0)
     """This process's index, 0 … ``processes`` - 1 (its share of the caps, its default
     instance id)."""
+    join_ready_timeout_s: float = Field(default=30.0, ge=0)
+    """With several processes: how long a starting process waits for its views (bootstrap,
+    replay of the topics) before it opens the shared public ports, so that a restarted one
+    takes no connection it would answer ``keys_loading`` while the others serve; past it
+    (a broker down) it opens them anyway. A single process opens them at once."""
 
     grpc_port: int = 19055
     """Port of the public gRPC API (``loraplane.v1.Inference``)."""

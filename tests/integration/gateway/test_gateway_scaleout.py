@@ -2,7 +2,8 @@
 HTTP ports (``SO_REUSEPORT``), each with its own ``/metrics`` and instance id, fed by the
 test stack's Kafka, routing to an echo worker: new connections are spread between them
 (counted per process from their metrics), each publishes heat under its own id, and after
-a SIGKILL of one the other serves every request alone."""
+a SIGKILL of one the other serves every request alone; a restarted one joins the port
+only once its views replayed (no request answered ``keys_loading`` meanwhile)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
     grpc_port, http_port = free_port(), free_port()
     metrics = [free_port(), free_port()]
     procs: list[subprocess.Popen[bytes]] = []
+    envs: list[dict[str, str]] = []
     logs = [tmp_path / f"gateway-{i}.log" for i in range(2)]
     try:
         async with publisher(stack) as pub:
@@ -73,6 +75,7 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
                 "LORAPLANE_GATEWAY_BOOTSTRAP": "false", "LORAPLANE_GATEWAY_HEAT_FLUSH_INTERVAL_S":
                     "0.2",
             }
+            envs.append(env)
             procs.append(_spawn(env, logs[i]))
 
         async with httpx.AsyncClient(timeout=5) as http:
@@ -140,6 +143,21 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
             assert all(results), results
             assert await scrape(0) - alone == REQUESTS
             assert procs[0].poll() is None
+
+            # a restarted one joins the port only once its views replayed: while it comes
+            # up every request is served (none answered keys_loading), then it takes its part
+            procs.append(_spawn(envs[1], tmp_path / "gateway-1-again.log"))
+            results = []
+
+            async def rejoined() -> bool:
+                results.append(await one_grpc())
+                try:
+                    return await scrape(1) > 0
+                except httpx.HTTPError:
+                    return False
+
+            await eventually(rejoined, timeout_s=60, every_s=0.02)
+            assert all(results), f"{results.count(False)} of {len(results)} failed"
     finally:
         for p in procs:
             if p.poll() is None:
@@ -152,3 +170,4 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
                 p.wait()
         await server.stop(0)
     assert procs[0].returncode == 0, logs[0].read_text()  # a clean stop after the other's kill
+    assert procs[2].returncode == 0
