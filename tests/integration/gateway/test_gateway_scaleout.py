@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -171,3 +172,54 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
         await server.stop(0)
     assert procs[0].returncode == 0, logs[0].read_text()  # a clean stop after the other's kill
     assert procs[2].returncode == 0
+
+
+def test_the_stacks_two_gateway_processes_serve_one_port_and_a_killed_one_comes_back(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The ``make run`` wiring without vLLM: the supervisor's two gateway service processes
+    (``service_processes``: their env, shared public ports, own /metrics), on the test
+    stack's Kafka; SIGKILL one, the shared ports keep answering on new connections, and the
+    supervisor's restart (``launch``) brings it back beside the running one."""
+    from loraplane.stack.settings import StackSettings
+    from loraplane.stack.supervisor import service_env, service_processes
+
+    s = StackSettings(profile="test", port_base=stack.settings.port_base, data_dir=tmp_path,
+                      tls=False)
+    gateways = [p for p in service_processes(s, service_env(s)) if p.spec.name == "gateway"]
+    assert [p.name for p in gateways] == ["svc-gateway", "svc-gateway-1"]
+    http_port = int(gateways[0].env()["LORAPLANE_GATEWAY_HTTP_PORT"])
+
+    def ready_answers(n: int) -> list[int]:
+        codes = []
+        for _ in range(n):  # a connection of its own each
+            try:
+                codes.append(httpx.get(f"http://127.0.0.1:{http_port}/readyz",
+                                       timeout=5).status_code)
+            except httpx.HTTPError:
+                codes.append(0)
+        return codes
+
+    try:
+        for p in gateways:
+            assert p.start(), p.name  # beside the first one on the shared ports
+        assert all(p.health().healthy for p in gateways)
+        wait_until = time.monotonic() + 60
+        while ready_answers(1) != [200]:
+            assert time.monotonic() < wait_until, "not ready"
+            time.sleep(0.2)
+        pid = gateways[1].pid()
+        assert pid is not None
+        gateways[1].kill()
+        assert ready_answers(20) == [200] * 20
+        assert not gateways[1].health().healthy and gateways[0].health().healthy
+        gateways[1].launch()  # what the supervisor's restart does
+        wait_until = time.monotonic() + 60
+        while not gateways[1].health().healthy:
+            assert time.monotonic() < wait_until, gateways[1].log.read_text()
+            time.sleep(0.2)
+        assert gateways[1].pid() not in (None, pid)
+        assert ready_answers(20) == [200] * 20
+    finally:
+        for p in gateways:
+            p.stop()
