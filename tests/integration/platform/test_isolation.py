@@ -384,9 +384,11 @@ def _waits_within(iso: Iso, who: str, klass: str, bound_s: float) -> tuple[float
                                          labels) or 0.0
 
 
-def _check_flooder(iso: Iso, flood: Outcomes, *, queue_refusals: bool = False) -> None:
+def _check_flooder(iso: Iso, flood: Outcomes, *, queue_refusals: bool = False,
+                   since: tuple[float, float] = (0.0, 0.0)) -> None:
     """Every request answered or refused with 429 naming the quota (or, with
-    ``queue_refusals``, the class's wait limit); none waited past the 30 s budget."""
+    ``queue_refusals``, the class's wait limit); none waited past the 30 s budget (of the
+    waits observed after ``since``, a :func:`_waits_within` reading)."""
     assert flood.latencies, "the flooding tenant got nothing answered"
     allowed = ("max_in_flight quota", "class waits at most") if queue_refusals else (
         "max_in_flight quota",)
@@ -395,6 +397,7 @@ def _check_flooder(iso: Iso, flood: Outcomes, *, queue_refusals: bool = False) -
             a in details for a in allowed), (code, details)
     if not queue_refusals:  # (a refusal at the wait limit is observed a hair past it)
         within, waits = _waits_within(iso, "globex", "background", BACKGROUND_WAIT_S)
+        within, waits = within - since[0], waits - since[1]
         assert waits > 0 and within == waits  # nobody waited past its budget
 
 
@@ -418,6 +421,128 @@ async def test_noisy_neighbour_quiet_tenant_unaffected_flooder_refused_by_quota(
     assert after[1] - before[1] == 2 * SAMPLES and after[0] - before[0] < 0.05
     _check_flooder(iso, flooded)
     assert flooded.refusals, f"48 streams over a quota of {FLOOD_QUOTA} were never refused"
+
+
+def _set_flow(iso: Iso, **update: Any) -> FlowConfig:
+    """Change the running gateway's flow settings (its controller and every worker queue)."""
+    flow = iso.gateway.gateway.flow
+    assert flow is not None
+    cfg = flow.config.model_copy(update=update)
+    flow.config = cfg
+    for wf in flow._workers.values():
+        wf.queue.config = cfg
+    return cfg
+
+
+class _GapRecorder:
+    """Gaps at the gateway in which no interactive request ran on a worker: from the end of
+    the last one to the next admission of one (what the hold window has to cover), and the
+    background admissions made while no interactive request ran, within the cap or beyond
+    it."""
+
+    def __init__(self, iso: Iso) -> None:
+        flow = iso.gateway.gateway.flow
+        assert flow is not None
+        self.flow = flow
+        self.wid = next(iter(flow._workers))
+        self.wf = flow._workers[self.wid]
+        self.gaps: list[float] = []
+        self.beyond_cap_in_gap = 0
+        """Background admitted beyond the cap while no interactive request ran."""
+        self.beyond_cap_in_window = 0
+        """... of them, inside the hold window (the controller's own clock readings)."""
+        self._in_gap = False
+        self._end = flow._end
+        self._pop = self.wf.queue.pop_next
+
+        def end(wf: Any, band_: int) -> None:
+            self._end(wf, band_)
+            if wf is self.wf and band_ < PRIORITIES_PER_CLASS and not sum(
+                    wf.running[:PRIORITIES_PER_CLASS]):
+                self._in_gap = True
+
+        def pop_next(running: Sequence[int], **kw: Any) -> Any:
+            w = self._pop(running, **kw)
+            ended = self.wf.interactive_ended_at
+            if w is None or not self._in_gap or ended is None:
+                return w
+            if w.band < PRIORITIES_PER_CLASS:
+                self.gaps.append(kw["now"] - ended)
+                self._in_gap = False
+            elif sum(running[PRIORITIES_PER_CLASS:]) >= BURST:
+                self.beyond_cap_in_gap += 1
+                if kw["now"] < ended + self.flow.config.interactive_hold_s:
+                    self.beyond_cap_in_window += 1
+            return w
+
+        flow._end = end  # type: ignore[method-assign]
+        self.wf.queue.pop_next = pop_next  # type: ignore[method-assign]
+
+    def close(self) -> dict[str, float]:
+        del self.flow._end
+        del self.wf.queue.pop_next
+        return {"gap_p50_ms": _pct(self.gaps, 0.5), "gap_p99_ms": _pct(self.gaps, 0.99),
+                "gap_max_ms": max(self.gaps) * 1000.0 if self.gaps else float("nan"),
+                "gaps": float(len(self.gaps)),
+                "background_admitted_beyond_cap_in_gaps": float(self.beyond_cap_in_gap),
+                "background_admitted_beyond_cap_in_windows": float(self.beyond_cap_in_window)}
+
+
+@pytest.mark.timeout(2400)  # six measured phases (the default 600 s fits three on a loaded box)
+async def test_hold_window_before_after(iso: Iso) -> None:
+    if not os.environ.get("LORAPLANE_ISOLATION_HOLD_COMPARE"):
+        pytest.skip("LORAPLANE_ISOLATION_HOLD_COMPARE=1 (make bench-isolation) runs it")
+    if os.environ.get("LORAPLANE_ISOLATION_BASELINE"):
+        pytest.skip("the baseline has no background cap to hold")
+    default = FlowConfig().interactive_hold_s
+    rows: dict[str, dict[str, float]] = {}
+    alone: Outcomes | None = None
+    try:
+        for i, hold in enumerate((0.0, default, default, 0.0)):
+            _set_flow(iso, interactive_hold_s=hold)
+            if i in (0, 2):  # one alone phase per repetition (no background: no hold)
+                alone = await _quiet(iso, "acme")
+            assert alone is not None
+            waits0 = _waits_within(iso, "globex", "background", BACKGROUND_WAIT_S)
+            flood = Flood(iso, "globex", FLOOD, BACKGROUND, 64)
+            await asyncio.sleep(3.0)
+            gaps = _GapRecorder(iso)
+            try:
+                during = await _quiet(iso, "acme")
+            finally:
+                gap_fig = gaps.close()
+            flooded = await flood.stop()
+            name = f"rep {i // 2 + 1} hold {hold:g} s"
+            rows[name] = {
+                "hold_s": hold, "alone_p50_ms": alone.pct(0.5), "alone_p99_ms": alone.pct(0.99),
+                "loaded_p50_ms": during.pct(0.5), "loaded_p99_ms": during.pct(0.99),
+                "p99_ratio": during.pct(0.99) / alone.pct(0.99),
+                "load_average_1m": os.getloadavg()[0],
+                **{k: v for k, v in _breakdown(iso, during).items()
+                   if k.startswith("others_")},
+                **gap_fig,
+            }
+            r = rows[name]
+            print(f"\n[measure] hold window, {name}: alone p99 {r['alone_p99_ms']:.0f} ms, "
+                  f"flood p50 {r['loaded_p50_ms']:.0f} / p99 {r['loaded_p99_ms']:.0f} ms, "
+                  f"ratio {r['p99_ratio']:.2f}x; flood requests in the engine at a quiet "
+                  f"request's start mean {r['others_in_engine_mean']:.2f}, max "
+                  f"{r['others_in_engine_max']:.0f}, over {BURST} in "
+                  f"{100 * r['others_over_cap_share']:.0f} %; interactive gaps "
+                  f"{r['gaps']:.0f}, p50 {r['gap_p50_ms']:.1f} / p99 {r['gap_p99_ms']:.1f} / "
+                  f"max {r['gap_max_ms']:.1f} ms, background admitted beyond the cap in them "
+                  f"{r['background_admitted_beyond_cap_in_gaps']:.0f}; load "
+                  f"{r['load_average_1m']:.1f}")
+            assert not alone.refusals and not during.refusals
+            assert len(during.latencies) == 2 * SAMPLES
+            _check_flooder(iso, flooded, since=waits0)
+            assert r["gaps"] > 0  # the quiet streams did leave the worker without interactive
+            if hold:  # inside every window background was held at its cap
+                assert r["background_admitted_beyond_cap_in_windows"] == 0
+    finally:
+        _set_flow(iso, interactive_hold_s=default)
+        if rows:
+            iso.figures["hold window before/after"] = rows  # type: ignore[assignment]
 
 
 async def test_platinum_unaffected_when_every_other_tenant_floods(iso: Iso) -> None:
@@ -505,122 +630,3 @@ async def test_background_not_starved_under_saturating_interactive_load(iso: Iso
         late = [a for _, a, _ in admitted[:i] if a > arrived + window]
         assert not late, (arrived, late)
 
-
-def _set_flow(iso: Iso, **update: Any) -> FlowConfig:
-    """Change the running gateway's flow settings (its controller and every worker queue)."""
-    flow = iso.gateway.gateway.flow
-    assert flow is not None
-    cfg = flow.config.model_copy(update=update)
-    flow.config = cfg
-    for wf in flow._workers.values():
-        wf.queue.config = cfg
-    return cfg
-
-
-class _GapRecorder:
-    """Gaps at the gateway in which no interactive request ran on a worker: from the end of
-    the last one to the next admission of one (what the hold window has to cover), and the
-    background admissions made while no interactive request ran, within the cap or beyond
-    it."""
-
-    def __init__(self, iso: Iso) -> None:
-        flow = iso.gateway.gateway.flow
-        assert flow is not None
-        self.flow = flow
-        self.wid = next(iter(flow._workers))
-        self.wf = flow._workers[self.wid]
-        self.gaps: list[float] = []
-        self.beyond_cap_in_gap = 0
-        """Background admitted beyond the cap while no interactive request ran."""
-        self.beyond_cap_in_window = 0
-        """... of them, inside the hold window (the controller's own clock readings)."""
-        self._in_gap = False
-        self._end = flow._end
-        self._pop = self.wf.queue.pop_next
-
-        def end(wf: Any, band_: int) -> None:
-            self._end(wf, band_)
-            if wf is self.wf and band_ < PRIORITIES_PER_CLASS and not sum(
-                    wf.running[:PRIORITIES_PER_CLASS]):
-                self._in_gap = True
-
-        def pop_next(running: Sequence[int], **kw: Any) -> Any:
-            w = self._pop(running, **kw)
-            ended = self.wf.interactive_ended_at
-            if w is None or not self._in_gap or ended is None:
-                return w
-            if w.band < PRIORITIES_PER_CLASS:
-                self.gaps.append(kw["now"] - ended)
-                self._in_gap = False
-            elif sum(running[PRIORITIES_PER_CLASS:]) >= BURST:
-                self.beyond_cap_in_gap += 1
-                if kw["now"] < ended + self.flow.config.interactive_hold_s:
-                    self.beyond_cap_in_window += 1
-            return w
-
-        flow._end = end  # type: ignore[method-assign]
-        self.wf.queue.pop_next = pop_next  # type: ignore[method-assign]
-
-    def close(self) -> dict[str, float]:
-        del self.flow._end
-        del self.wf.queue.pop_next
-        return {"gap_p50_ms": _pct(self.gaps, 0.5), "gap_p99_ms": _pct(self.gaps, 0.99),
-                "gap_max_ms": max(self.gaps) * 1000.0 if self.gaps else float("nan"),
-                "gaps": float(len(self.gaps)),
-                "background_admitted_beyond_cap_in_gaps": float(self.beyond_cap_in_gap),
-                "background_admitted_beyond_cap_in_windows": float(self.beyond_cap_in_window)}
-
-
-async def test_hold_window_before_after(iso: Iso) -> None:
-    if not os.environ.get("LORAPLANE_ISOLATION_HOLD_COMPARE"):
-        pytest.skip("LORAPLANE_ISOLATION_HOLD_COMPARE=1 (make bench-isolation) runs it")
-    if os.environ.get("LORAPLANE_ISOLATION_BASELINE"):
-        pytest.skip("the baseline has no background cap to hold")
-    default = FlowConfig().interactive_hold_s
-    rows: dict[str, dict[str, float]] = {}
-    alone: Outcomes | None = None
-    try:
-        for i, hold in enumerate((0.0, default, default, 0.0)):
-            _set_flow(iso, interactive_hold_s=hold)
-            if i in (0, 2):  # one alone phase per repetition (no background: no hold)
-                alone = await _quiet(iso, "acme")
-            assert alone is not None
-            flood = Flood(iso, "globex", FLOOD, BACKGROUND, 64)
-            await asyncio.sleep(3.0)
-            gaps = _GapRecorder(iso)
-            try:
-                during = await _quiet(iso, "acme")
-            finally:
-                gap_fig = gaps.close()
-            flooded = await flood.stop()
-            name = f"rep {i // 2 + 1} hold {hold:g} s"
-            rows[name] = {
-                "hold_s": hold, "alone_p50_ms": alone.pct(0.5), "alone_p99_ms": alone.pct(0.99),
-                "loaded_p50_ms": during.pct(0.5), "loaded_p99_ms": during.pct(0.99),
-                "p99_ratio": during.pct(0.99) / alone.pct(0.99),
-                "load_average_1m": os.getloadavg()[0],
-                **{k: v for k, v in _breakdown(iso, during).items()
-                   if k.startswith("others_")},
-                **gap_fig,
-            }
-            r = rows[name]
-            print(f"\n[measure] hold window, {name}: alone p99 {r['alone_p99_ms']:.0f} ms, "
-                  f"flood p50 {r['loaded_p50_ms']:.0f} / p99 {r['loaded_p99_ms']:.0f} ms, "
-                  f"ratio {r['p99_ratio']:.2f}x; flood requests in the engine at a quiet "
-                  f"request's start mean {r['others_in_engine_mean']:.2f}, max "
-                  f"{r['others_in_engine_max']:.0f}, over {BURST} in "
-                  f"{100 * r['others_over_cap_share']:.0f} %; interactive gaps "
-                  f"{r['gaps']:.0f}, p50 {r['gap_p50_ms']:.1f} / p99 {r['gap_p99_ms']:.1f} / "
-                  f"max {r['gap_max_ms']:.1f} ms, background admitted beyond the cap in them "
-                  f"{r['background_admitted_beyond_cap_in_gaps']:.0f}; load "
-                  f"{r['load_average_1m']:.1f}")
-            assert not alone.refusals and not during.refusals
-            assert len(during.latencies) == 2 * SAMPLES
-            _check_flooder(iso, flooded)
-            assert r["gaps"] > 0  # the quiet streams did leave the worker without interactive
-            if hold:  # inside every window background was held at its cap
-                assert r["background_admitted_beyond_cap_in_windows"] == 0
-    finally:
-        _set_flow(iso, interactive_hold_s=default)
-        if rows:
-            iso.figures["hold window before/after"] = rows  # type: ignore[assignment]
