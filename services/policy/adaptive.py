@@ -222,7 +222,8 @@ class _HeatRank:
 
     def evict(self, clock: float) -> None:
         """Remove the lowest-ranked member (a shadow cache: nothing is busy or protected)."""
-        key, dies, heat, ends = self.key, self.dies, self.heat, self.ends
+        key = self.key
+        dies = self.dies
         death = self.death
         while death:
             d, u = death[0]
@@ -231,7 +232,7 @@ class _HeatRank:
             if key[u] is None or dies[u] != d:
                 heappop(death)
                 continue
-            e = ends[u]
+            e = self.ends[u]
             if e > d:
                 dies[u] = e
                 heapreplace(death, (e, u))
@@ -242,6 +243,7 @@ class _HeatRank:
             dies[u] = _NEVER
             return
         alive = self.alive
+        heat = self.heat
         while alive:
             k, u = alive[0]
             if key[u] != k:
@@ -501,7 +503,11 @@ class AdaptiveHeatOnline:
         self._hkey[v] = hkey
         wheat = (kw * worth + prio * ew) * inv
         self._wheat[v] = wheat
-        reuse = (sessions + self._beta * count) * (1.0 + self._tail[v] * latency / count) * inv
+        tail = self._tail[v]
+        if tail:
+            reuse = (sessions + self._beta * count) * (1.0 + tail * latency / count) * inv
+        else:  # the same value: x * (1.0 + 0.0) == x exactly
+            reuse = (sessions + self._beta * count) * inv
         self._reuse[v] = reuse
         kind = self._prot_of[canary][p]
         if kind != self._prot[v]:
@@ -712,12 +718,12 @@ class AdaptiveHeatOnline:
         request from COLD (1 + penalty of v's class mix), the shadows' score weight."""
         keep = self._warm_keep
         score = self._score_warm[w]
-        size = self._sizes[v]
+        sizes = self._sizes
+        size = sizes[v]
         cap = self._warm_bytes
         used = self._sh_used[w]
         count = self._sh_n[w]
         heaps = self._sh_warm[w]
-        sizes = self._sizes
         # reuse per byte (GDSF-style: L rises to each victim's key). A key that rose (a hit, a
         # request of its tenant) keeps its old entry as a lower bound: refreshed at the top.
         keys = self._sh_key[_REUSE]
@@ -740,6 +746,7 @@ class AdaptiveHeatOnline:
                 phi = self._phi
                 reuse = self._reuse
                 lv = self._sh_l[w]
+                n0 = count[0]
                 while u0 + size > cap and heap:
                     ke, u = heap[0]
                     if keys[u] != ke:
@@ -756,10 +763,11 @@ class AdaptiveHeatOnline:
                     heappop(heap)
                     keys[u] = None
                     u0 -= sizes[u]
-                    count[0] -= 1
+                    n0 -= 1
                     if ke > lv:
                         lv = ke
                 self._sh_l[w] = lv
+                count[0] = n0
             used[0] = u0 + size
             count[0] += 1
             keys[v] = k
@@ -778,6 +786,7 @@ class AdaptiveHeatOnline:
                 heappush(heap, (k, v))
         else:
             u1 = used[1]
+            n1 = count[1] + 1
             while u1 + size > cap and heap:
                 ke, u = heap[0]
                 if keys[u] != ke:
@@ -791,9 +800,9 @@ class AdaptiveHeatOnline:
                 heappop(heap)
                 keys[u] = None
                 u1 -= sizes[u]
-                count[1] -= 1
+                n1 -= 1
             used[1] = u1 + size
-            count[1] += 1
+            count[1] = n1
             keys[v] = k
             heappush(heap, (k, v))
             if len(heap) + len(heaps[_REUSE]) > self._sh_compact_at[w]:
@@ -1020,9 +1029,15 @@ class AdaptiveHeatOnline:
             idle_before = now - self._idle_s
             live_after = self._clock - self._pin_idle
             st, kinds = self._st, self._prot
-            live = {u for u in prot if st[u][9] >= idle_before and st[u][4] >= live_after}
+            live: set[int] = set()
+            n_canary = 0
+            for u in prot:
+                r = st[u]
+                if r[9] >= idle_before and r[4] >= live_after:
+                    live.add(u)
+                    if kinds[u] == _CANARY:
+                        n_canary += 1
             if live:
-                n_canary = sum(1 for u in live if kinds[u] == _CANARY)
                 if (n_canary > self._limit[_CANARY]
                         or len(live) - n_canary > self._limit[_PRIORITY]):
                     return self._hot_victim_shared(g, now, busy, live)
