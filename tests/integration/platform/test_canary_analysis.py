@@ -10,7 +10,13 @@ Adapters are the signed demo adapters, released with the ``loraplane`` CLI.
     naming the load failure, and stable answers every request meanwhile;
 (a) a healthy canary is promoted through every stage (10 → 50 → 100 %, short dwell) to
     stable without a person, one audit entry per step, although the cache-manager leader
-    is killed after the first step (the standby continues: no step lost, none repeated).
+    is killed after the first step (the standby continues: no step lost, none repeated);
+(c) a canary that loads and serves but answers as another model would (the wrong weights
+    shipped under the adapter's name): its answers to the adapter's golden set, recorded
+    from the stable version, diverge once it is HOT, and the analysis aborts it
+    (``golden_set_failed``, audited with the diverging answer); stable answers every
+    request, the canary's golden failures stop at the golden set's size on its one
+    worker, it is demoted, and nothing is routed to it after the abort plus the drain bound.
 
 Each prints, as ``[measure]``: time from the share being set to the decision, requests
 the canary served, failures it caused.
@@ -39,11 +45,12 @@ from minio import Minio
 from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager.canary_runner import ACTOR, REASON_PREFIX
+from loraplane.cache_manager.model import Ref
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.shared.errors import LoraplaneError
 from loraplane.stack.stack import Stack
-from loraplane.v1 import inference_pb2, inference_pb2_grpc
+from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.vllm_engine import VllmEngine
 from tests.integration.platform.support import (
@@ -182,6 +189,8 @@ class Traffic:
     adapter: str
     served: Counter[str] = field(default_factory=Counter)
     """Version that answered → requests."""
+    answers: list[tuple[float, str]] = field(default_factory=list)
+    """(monotonic time the request was sent, version that answered), in completion order."""
     failures: list[str] = field(default_factory=list)
     degraded: int = 0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -189,6 +198,7 @@ class Traffic:
     async def _one(self, i: int) -> None:
         req = inference_pb2.GenerateRequest(adapter=self.adapter, prompt="Hello, how are you?",
                                             max_tokens=1, request_key=f"user-{i}")
+        sent = time.monotonic()
         try:
             msgs = [m async for m in self.stub.Generate(
                 req, metadata=(("authorization", f"Bearer {self.key}"),), timeout=60)]
@@ -199,6 +209,7 @@ class Traffic:
         if r.degraded_to_base:
             self.degraded += 1
         self.served[r.adapter.version] += 1
+        self.answers.append((sent, r.adapter.version))
 
     async def run(self) -> None:
         i = 0
@@ -388,3 +399,93 @@ async def test_cli_status_and_bad_input(canaries: Canaries) -> None:
     other = f"other-{uuid.uuid4().hex[:6]}"
     await c.cli("tenants", "create", other)
     assert "does not exist" in await refused(f"{other}/support", "2026-11-15.1", "10")
+
+
+GOLDEN_PROMPTS = ["Hello", "What is 2+2?"]
+GOLDEN_TOKENS = 6
+DRAIN_BOUND_S = 5.0
+"""After the abort is in the registry: the lifecycle event reaches the gateway (outbox
+relay + consumer, ~1 s) and requests sent before it finish (max_tokens 1)."""
+
+
+async def test_c_canary_answering_against_its_golden_set_is_aborted_after_load(
+    canaries: Canaries,
+) -> None:
+    """The failure is real and after load: the canary version loads, passes every check
+    of admission and the worker, serves requests, but its weights are another adapter's;
+    the golden set the adapter's owner recorded from the stable version catches it."""
+    c = canaries
+    name, v1, v2 = "review", "2026-11-01.1", "2026-11-20.1"
+    await c.release(name, v1, ("support", "2026-11-01.1"))
+    await c.release(name, v2, ("chat", "2026-11-01.1"))  # the wrong checkpoint shipped
+    await c.cli("promote", f"{c.tenant}/{name}", v1, "--reason", "canary test")
+    await stable_hot(c, name, v1)
+
+    # the owner records the golden answers from the stable version (greedy, as the
+    # shadow requests ask)
+    golden: list[dict[str, str]] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
+        stub = inference_pb2_grpc.InferenceStub(ch)
+        for prompt in GOLDEN_PROMPTS:
+            req = inference_pb2.GenerateRequest(adapter=name, prompt=prompt,
+                                                max_tokens=GOLDEN_TOKENS, temperature=0.0)
+            msgs = [m async for m in stub.Generate(
+                req, metadata=(("authorization", f"Bearer {c.key}"),), timeout=60)]
+            r = msgs[0].resolved
+            assert r.adapter.version == v1 and not r.degraded_to_base, r
+            golden.append({"prompt": prompt, "expect": "".join(m.text for m in msgs)})
+    # a deployment whose rules carry it: the running managers hand over to a new one
+    rules = {"canary": {**RULES["canary"], "golden_max_tokens": GOLDEN_TOKENS,
+                        "golden_sets": {f"{c.tenant}/{name}": golden}}}
+    c.launcher.stop_all()
+    port = c.gateway.settings.cache_manager_addr.rpartition(":")[2]  # the gateway reads it
+    manager = c.launcher.start(rules, **c.manager_env, LORAPLANE_CACHE_MANAGER_GRPC_PORT=port)
+    manager.grpc_port = int(port)
+    await manager.wait_leader(60)
+    await manager.wait_planning(60)
+
+    async with traffic(c, name) as t:
+        await asyncio.sleep(1.0)
+        t0 = time.monotonic()
+        await c.cli("canary", f"{c.tenant}/{name}", v2, "50", "--reason", "canary test")
+
+        async def aborted() -> Any:
+            row = await c.pointers(name)
+            return row if row["canary_version"] is None else None
+
+        row = await eventually(aborted, timeout_s=ABORT_BOUND_S + 30, every_s=0.25)
+        aborted_at = time.monotonic()
+        decided_s = aborted_at - t0
+        await asyncio.sleep(DRAIN_BOUND_S + 3.0)  # stable keeps answering after the abort
+    assert decided_s <= ABORT_BOUND_S, decided_s
+    assert row["stable_version"] == v1 and row["canary_percent"] == 0
+    steps = await c.automated_steps(name)
+    assert [(a, f["action"], f["reason"]) for a, f in steps] == [
+        ("release.canary", "abort", "golden_set_failed")], steps
+    fig = steps[0][1]
+    assert fig["from_percent"] == 50 and fig["canary"]["version"] == v2
+    assert fig["canary"]["load_failures"] == 0, fig  # it loaded: the failure is after load
+    assert "diverges from the golden expectation" in fig["canary"]["last_golden_error"], fig
+    golden_failed = fig["canary"]["golden_failed"]
+    # one worker, one golden run: the failures stop at the golden set's size
+    assert 1 <= golden_failed <= len(GOLDEN_PROMPTS), fig
+    late = [(round(ts - aborted_at, 2), v) for ts, v in t.answers
+            if v == v2 and ts > aborted_at + DRAIN_BOUND_S]
+    first = min((ts for ts, v in t.answers if v == v2), default=None)
+    last = max((ts for ts, v in t.answers if v == v2), default=None)
+    if first is not None and last is not None:
+        print(f"[measure] (c) canary answered from {first - t0:.1f}s to {last - t0:.1f}s "
+              f"after the share (requests sent then)")
+    print(f"[measure] (c) golden set diverges after load: share set → abort {decided_s:.1f}s; "
+          f"canary served {t.served[v2]} requests, {golden_failed} golden-set failures "
+          f"({fig['canary']['golden_ok']} passed), {len(t.failures)} request failures; "
+          f"stable served {t.served[v1]} ({t.degraded} degraded)")
+    assert late == [], late
+    assert t.failures == [] and t.degraded == 0
+    assert t.served[v1] > 0 and any(ts > aborted_at and v == v1 for ts, v in t.answers)
+
+    async def demoted() -> bool:
+        hot = await manager.placement(Ref(c.tenant, name, v2, c.demo.base_model.name))
+        return all(tier != common_pb2.TIER_HOT for _, tier in hot)
+
+    await eventually(demoted, timeout_s=30, every_s=0.5)
