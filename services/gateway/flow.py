@@ -28,8 +28,10 @@ readings):
    request on the worker ended (the hold window: a quiet stream's next request follows
    its last one within a few tens of milliseconds, and without the window background
    refills its whole room in that gap, so the next interactive request starts beside
-   4 flood sequences, not 2; the caller re-dispatches when the window closes,
-   :meth:`FlowQueue.hold_ends_at`). The first band in turn order that fits is served: a flood
+   4 flood sequences, not 2). The cap holds a request back at most
+   ``background_cap_max_hold_s`` (10 s) from its arrival, so it never takes one to its
+   wait limit; the caller re-dispatches when the window closes or a waiter reaches that
+   bound (:meth:`FlowQueue.cap_changes_at`). The first band in turn order that fits is served: a flood
    at its cap never delays the bands above it, and a band whose turn has come but does
    not fit waits for a room that every band after it in its group needs too, so it gets
    the next slot that room frees (nothing starves).
@@ -109,6 +111,14 @@ class FlowConfig(BaseModel):
     with all of it. 0.5 s covers that gap with margin and costs background at most half a
     second at its reduced cap once interactive traffic really stops (measured in
     ``services/gateway/README.md``, "Isolation measured")."""
+    background_cap_max_hold_s: float = Field(default=10.0, ge=0)
+    """Longest the ``background_slots_with_interactive`` cap (and its hold window) holds a
+    canary / background request back, counted from its arrival (0 = no bound); older, only
+    its room decides. The cap keeps fewer of them running while a quiet tenant's stream
+    goes on, so a waiter behind it waits for one of those to end; when they are slow (a
+    64-token request took 40-120 s at load 30 on the 2-core box) that wait would reach
+    its class's ``max_wait_s`` (30 s) and be refused. 10 s leaves 20 s of that budget for
+    the room itself."""
     age_step_s: float = Field(default=DEFAULT_AGE_STEP_S, gt=0)
     """Head start of one band over the next, in seconds waited (bounds overtaking)."""
     quantum_tokens: int = Field(default=64, ge=1)
@@ -331,9 +341,32 @@ class FlowQueue(Generic[T]):
             return None
         return interactive_ended_at + self.config.interactive_hold_s
 
+    def cap_changes_at(
+        self, running: Sequence[int], *, now: float, interactive_ended_at: float | None,
+    ) -> float | None:
+        """The next time after ``now`` at which the background cap stops holding a waiter
+        back without anything else changing: its hold window closes, or the next canary /
+        background waiter of a band reaches ``background_cap_max_hold_s`` (the caller
+        admits again then); None when no such time is due."""
+        if not self.background_held(running, now=now,
+                                    interactive_ended_at=interactive_ended_at):
+            return None
+        due = []
+        ends = self.hold_ends_at(running, interactive_ended_at)
+        if ends is not None:
+            due.append(ends)
+        if self.config.background_cap_max_hold_s:
+            for i in range(ROOM_GROUP_START[2], BANDS):
+                b = self._bands[i]
+                if b.queues:
+                    due.append(b.peek(self.config.quantum_tokens).enqueued_at
+                               + self.config.background_cap_max_hold_s)
+        later = [t for t in due if t > now]
+        return min(later) if later else None
+
     def fits(
         self, band_: int, running: Sequence[int], *, now: float = 0.0,
-        interactive_ended_at: float | None = None,
+        interactive_ended_at: float | None = None, waited_s: float = 0.0,
     ) -> bool:
         """Whether a request of ``band_`` may start at ``now`` with ``running[b]`` requests
         of each band ``b`` in flight, the last interactive request on the worker having
@@ -341,12 +374,15 @@ class FlowQueue(Generic[T]):
         room group and every better one, the requests of that group and worse groups are
         fewer than the group's cap (so the platinum group's cap is the worker's limit, and
         every reserve stays free of worse groups); canary / background besides within
-        ``background_slots_with_interactive`` while :meth:`background_held`."""
+        ``background_slots_with_interactive`` while :meth:`background_held`, unless the
+        request has waited ``waited_s`` >= ``background_cap_max_hold_s``."""
         if not self.config.max_in_flight_per_worker:
             return True
         if (room_group(band_) == 2
                 and sum(running[PRIORITIES_PER_CLASS:])
                 >= self.config.background_slots_with_interactive
+                and not (self.config.background_cap_max_hold_s
+                         and waited_s >= self.config.background_cap_max_hold_s)
                 and self.background_held(running, now=now,
                                          interactive_ended_at=interactive_ended_at)):
             return False
@@ -364,7 +400,9 @@ class FlowQueue(Generic[T]):
         shares with every band after it in the same or a worse group, so none of those
         fits either; the next request to end frees that room and it is served first."""
         for b in self._turns():
-            if self.fits(b, running, now=now, interactive_ended_at=interactive_ended_at):
+            nxt = self._bands[b].peek(self.config.quantum_tokens)
+            if self.fits(b, running, now=now, interactive_ended_at=interactive_ended_at,
+                         waited_s=now - nxt.enqueued_at):
                 self._len -= 1
                 return self._bands[b].pop(self.config.quantum_tokens)
         return None
@@ -417,7 +455,8 @@ class _WorkerFlow:
     interactive_ended_at: float | None = None
     """When the last interactive request on the worker ended (its hold window)."""
     hold_timer: asyncio.TimerHandle | None = None
-    """The dispatch due when the hold window closes."""
+    """The dispatch due when the background cap's hold changes (window closes, a waiter
+    reaches ``background_cap_max_hold_s``)."""
 
     @property
     def in_flight(self) -> int:
@@ -550,8 +589,9 @@ class FlowController:
         if wf.hold_timer is not None:
             wf.hold_timer.cancel()
             wf.hold_timer = None
-        ends = wf.queue.hold_ends_at(wf.running, wf.interactive_ended_at)
-        if ends is not None and len(wf.queue) and ends > now:
+        ends = wf.queue.cap_changes_at(wf.running, now=now,
+                                       interactive_ended_at=wf.interactive_ended_at)
+        if ends is not None and len(wf.queue):
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # released outside the loop: the next change dispatches

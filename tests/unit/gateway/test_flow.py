@@ -228,7 +228,7 @@ def test_background_cap_held_for_the_hold_window_after_interactive_ends() -> Non
     running[gold] = 1
     for i in range(8):
         q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64,
-               now=i * 0.001, payload=f"bg{i}")
+               now=9.0 + i * 0.001, payload=f"bg{i}")
 
     def admit(now: float, ended: float | None) -> list[str]:
         got = []
@@ -263,6 +263,49 @@ def test_background_cap_held_for_the_hold_window_after_interactive_ends() -> Non
     off: FlowQueue[str] = FlowQueue(cfg.model_copy(update={"background_slots_with_interactive": 0}))
     assert not off.background_held(busy, now=10.0, interactive_ended_at=10.0)
     assert off.hold_ends_at(busy, 10.0) is None
+
+
+def test_background_cap_holds_a_request_back_at_most_its_bound() -> None:
+    """A background request held back by the cap (interactive running, or its window) is
+    admitted within its room once it has waited ``background_cap_max_hold_s``, so the cap
+    never takes it to its class's wait limit; the time that happens is announced."""
+    cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
+                     background_slots_with_interactive=2, interactive_hold_s=0.5,
+                     background_cap_max_hold_s=10.0)
+    q: FlowQueue[str] = FlowQueue(cfg)
+    running = _idle()
+    running[band(INTERACTIVE, GOLD)] = 1
+    running[band(BACKGROUND, SILVER)] = 2  # at the cap
+    for i, t in enumerate((100.0, 103.0, 104.0)):
+        q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64, now=t,
+               payload=f"bg{i}")
+    assert q.pop_next(running, now=109.9) is None  # held: waited 9.9 s
+    assert q.cap_changes_at(running, now=109.9, interactive_ended_at=None) == 110.0
+    w = q.pop_next(running, now=110.0)  # waited its 10 s: only its room decides now
+    assert w is not None and w.payload == "bg0"
+    running[w.band] += 1
+    assert q.pop_next(running, now=110.0) is None  # the next waited 7 s: still held
+    assert q.cap_changes_at(running, now=110.0, interactive_ended_at=None) == 113.0
+    w = q.pop_next(running, now=113.0)
+    assert w is not None and w.payload == "bg1"
+    running[w.band] += 1  # 4 running: the room is full, the bound lifts only the cap
+    assert q.pop_next(running, now=120.0) is None
+    assert q.cap_changes_at(running, now=120.0, interactive_ended_at=None) is None
+    # within the window the bound applies the same; the window's close is announced first
+    running[band(INTERACTIVE, GOLD)] = 0
+    running[band(BACKGROUND, SILVER)] = 2
+    q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64, now=200.0,
+           payload="late")
+    assert q.cap_changes_at(running, now=200.1, interactive_ended_at=199.9) == 200.4
+    # no bound (0): held for as long as interactive requests run
+    nob: FlowQueue[str] = FlowQueue(cfg.model_copy(update={"background_cap_max_hold_s": 0.0}))
+    nob.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64, now=0.0,
+             payload="bg")
+    busy = _idle()
+    busy[band(INTERACTIVE, GOLD)] = 1
+    busy[band(BACKGROUND, SILVER)] = 2
+    assert nob.pop_next(busy, now=1000.0) is None
+    assert nob.cap_changes_at(busy, now=1000.0, interactive_ended_at=None) is None
 
 
 def test_headroom_keeps_slots_for_interactive_and_platinum() -> None:
