@@ -1,0 +1,108 @@
+"""A failing stable version taken out of routing through the real registry (issue 16).
+
+The cache manager's canary runner judges stable versions (``tick_stable``): its figures come
+from completed-request events run through ``observe`` (as the leader consumes them from
+``adapter.heat``), its steps go through the real registry's admin API with the operator
+token (``GrpcRegistryActions``) and its runs through ``canary_runs`` on the registry's
+PostgreSQL. Shown: the rollback is one audited ``release.rollback`` step by
+``system/canary-analysis`` carrying the figures, the release's stable pointer returns to
+the previous version, the failing version is demoted (the service's callback), and a second
+tick takes no second step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from loraplane.cache_manager.canary_analysis import AnalysisRules, Reason, StableAction
+from loraplane.cache_manager.canary_runner import (
+    ACTOR,
+    REASON_PREFIX,
+    CanaryRunner,
+    GrpcRegistryActions,
+    PgRunStore,
+    observe,
+)
+from loraplane.cache_manager.canary_window import CanaryWindow
+from loraplane.cache_manager.core import ApplyResult
+from loraplane.cache_manager.model import Pointers
+from loraplane.cache_manager.state import Applied, State
+from loraplane.shared.topics import new_meta
+from loraplane.v1 import common_pb2, events_pb2
+from loraplane.v1 import registry_pb2 as R
+from tests.support.registry import TOKEN, Registry
+
+RULES = AnalysisRules(min_requests=10, window_s=600, dwell_s=60)
+
+
+def completions(tid: str, name: str, version: str, n: int, *, failed: int = 0,
+                tag: str = "") -> events_pb2.HeatBatch:
+    ref = common_pb2.AdapterRef(tenant_id=tid, adapter_name=name, version=version,
+                                base_model="loraplane/tiny-llama")
+    return events_pb2.HeatBatch(completions=[
+        events_pb2.RequestCompleted(
+            meta=new_meta("gw/test", ref), request_id=f"{name}-{version}-{tag}-{i}",
+            request_class=common_pb2.REQUEST_CLASS_INTERACTIVE,
+            tier_at_arrival=common_pb2.TIER_HOT,
+            status_code=13 if i < failed else 0, ttft_ms=20.0)  # 13: INTERNAL
+        for i in range(n)])
+
+
+async def pointers(registry: Registry, tid: str, name: str) -> Pointers:
+    rel = (await registry.call("GetRelease", R.GetReleaseRequest(
+        tenant_id=tid, adapter_name=name))).release  # type: ignore[attr-defined]
+    return Pointers(stable=rel.stable_version, canary=rel.canary_version,
+                    canary_percent=rel.canary_percent, rollback_to=rel.rollback_to)
+
+
+async def test_failing_stable_is_rolled_back_once_through_the_registry_audited(
+    registry: Registry, unique: str
+) -> None:
+    tid = await registry.tenant(unique)
+    name, other = "bot", "faq"
+    for v in ("v1", "v2"):
+        await registry.admitted(tid, name, v)
+    await registry.admitted(tid, other, "v1")
+    for adapter, v in ((name, "v1"), (name, "v2"), (other, "v1")):
+        await registry.call("Promote", R.PromoteRequest(tenant_id=tid, adapter_name=adapter,
+                                                        version=v, reason="test"))
+    state = State()
+    for adapter in (name, other):
+        state.set_pointers(f"{tid}/{adapter}", await pointers(registry, tid, adapter))
+    assert state.pointers[f"{tid}/{name}"].rollback_target == "v1"
+
+    assert registry.app.pool is not None
+    actions = GrpcRegistryActions(registry.app.address, TOKEN)
+    runner = CanaryRunner(lambda _t, _a: RULES, actions,
+                          PgRunStore(registry.app.pool, f"cm-test-{unique}"), CanaryWindow())
+    withdrawn: list[str] = []
+    runner.on_withdraw = lambda vid, _now, _detail: withdrawn.append(vid)
+    await runner.start()
+    now = time.time()
+    # the other adapter's stable traffic is healthy; bot@v2 fails 12 of 30 after load
+    for batch in (completions(tid, other, "v1", 200), completions(tid, name, "v2", 30,
+                                                                   failed=12)):
+        observe(runner.window, batch, ApplyResult(Applied()), now)
+    try:
+        taken = await runner.tick_stable(state, now + 1)
+        assert [(d.action, d.reason, d.to_version) for d in taken] == [
+            (StableAction.ROLLBACK, Reason.STABLE_ERROR_RATE, "v1")]
+        assert withdrawn == [f"{tid}/{name}@v2"]
+        assert (await pointers(registry, tid, name)).stable == "v1"
+        # the lifecycle event has not reached this state yet: no second step
+        assert await runner.tick_stable(state, now + 2) == []
+    finally:
+        await actions.close()
+    entries = (await registry.call("ListAudit", R.ListAuditRequest(
+        subject_prefix=f"{tid}/{name}", page_size=50))).entries  # type: ignore[attr-defined]
+    steps = [e for e in entries if e.actor == ACTOR]
+    assert [e.action for e in steps] == ["release.rollback"]
+    reason = json.loads(steps[0].after_json)["reason"]
+    assert reason.startswith(REASON_PREFIX)
+    fig = json.loads(reason[len(REASON_PREFIX):])
+    assert (fig["action"], fig["reason"], fig["to_version"]) == (
+        "rollback", "stable_error_rate", "v1")
+    assert fig["stable"]["version"] == "v2" and fig["stable"]["errors"] == 12
+    assert fig["reference"]["requests"] == 200
+    print(f"[measure] stable rollback: {fig['detail']}")
