@@ -196,15 +196,32 @@ class Component:
                 pass
             self._proc = None
 
-    def kill(self) -> None:
-        """SIGKILL the process group (failure tests)."""
+    def kill(self, ports_timeout_s: float = 30.0) -> None:
+        """SIGKILL the process group (failure tests); return once none of the
+        component's ports accepts a connection, so that the outage has begun and a
+        :meth:`start` after it finds them free. The pid stops counting as alive when its
+        leader thread is a zombie, but its sockets close only when its last thread has
+        exited (a thread still in disk I/O: seconds on a busy machine; the object-store
+        outage test's restart found the old filer port still served). Raises
+        :class:`StackError` naming a port still served after ``ports_timeout_s``."""
         pid = self.pid()
-        if pid is not None:
-            os.killpg(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and _pid_alive(pid):
-                time.sleep(0.05)
-            self._reap()
+        if pid is None:
+            return
+        os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(0.05)
+        self._reap()
+        deadline = time.monotonic() + ports_timeout_s
+        while True:
+            served = [f"{port} ({label})" for label, port in self.ports().items()
+                      if port_in_use(port)]
+            if not served:
+                return
+            if time.monotonic() >= deadline:
+                raise StackError(f"{self.name}: killed, but port(s) {', '.join(served)} "
+                                 f"still accept connections after {ports_timeout_s:.0f}s")
+            time.sleep(0.1)
 
     def health(self) -> Health:
         pid = self.pid()
