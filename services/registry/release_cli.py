@@ -639,6 +639,15 @@ def _analysis_steps(reg: RegistryClient, tenant: str, name: str) -> list[dict[st
     return steps
 
 
+def step_change(figures: dict[str, Any]) -> str:
+    """What an automated step changed, for the status table: a canary's share, or (a
+    failing stable version taken out) the stable pointer."""
+    if "to_version" in figures:  # a stable step (rollback / withdraw)
+        stable = figures.get("stable", {}).get("version", "?")
+        return f"stable {stable} → {figures['to_version'] or 'withdrawn from HOT'}"
+    return f"{figures.get('from_percent', '?')} → {figures.get('to_percent', '?')} %"
+
+
 def _canary_action(action: str, tenant: str, name: str, reason: str, json_out: bool) -> None:
     with _client() as reg:
         rel = reg.call("GetRelease", registry_pb2.GetReleaseRequest(
@@ -651,12 +660,11 @@ def _canary_action(action: str, tenant: str, name: str, reason: str, json_out: b
             _print_release(rel, False)
             out.print(f"analysis: {'paused' if rel.canary_paused else 'running'}"
                       if rel.canary_version else "analysis: no canary")
-            table = Table("at", "step", "reason", "share", "detail")
+            table = Table("at", "step", "reason", "change", "detail")
             for st in steps:
                 f = st["figures"]
                 table.add_row(st["at"], str(f.get("action", st["action"])),
-                              str(f.get("reason", "")),
-                              f"{f.get('from_percent', '?')} → {f.get('to_percent', '?')} %",
+                              str(f.get("reason", "")), step_change(f),
                               str(f.get("detail", ""))[:80])
             out.print(table)
             return

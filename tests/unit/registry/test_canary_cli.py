@@ -23,3 +23,14 @@ def test_bad_canary_input_is_refused(args: list[str], needle: str) -> None:
     r = CliRunner().invoke(app, ["canary", *args], env=ENV)
     assert r.exit_code == 2, (args, r.stdout, r.stderr)
     assert needle in " ".join((r.stdout + r.stderr).replace("│", " ").split())
+
+
+def test_status_names_what_each_automated_step_changed() -> None:
+    from loraplane.registry.release_cli import step_change
+
+    assert step_change({"action": "advance", "from_percent": 10, "to_percent": 50}) \
+        == "10 → 50 %"
+    assert step_change({"action": "rollback", "stable": {"version": "v2"},
+                        "to_version": "v1"}) == "stable v2 → v1"
+    assert step_change({"action": "withdraw", "stable": {"version": "v2"},
+                        "to_version": ""}) == "stable v2 → withdrawn from HOT"
