@@ -5,16 +5,24 @@ private database of the session's PostgreSQL, migrated), admission, a worker on 
 vLLM engine and a gateway in the test's own event loop, against the session's Tansu,
 SeaweedFS and PostgreSQL. Each gets unique database, consumer-group and instance names,
 so the tests never read each other's state.
+
+Beside the control plane: :func:`serving_worker` (a worker on the real engine, closed and
+its memory freed on exit), :func:`tenant_with_key`, :func:`adapter_copy` and
+:func:`release` (the ``loraplane release`` of a demo adapter), and
+:func:`catalog_shows` (wait until the gateway's view of an adapter satisfies a check).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import json
 import shutil
 import socket
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +35,15 @@ from loraplane.admission.app import AdmissionApp
 from loraplane.admission.settings import AdmissionSettings
 from loraplane.cli.main import app as cli_app
 from loraplane.devkit.builder import DemoManifest
+from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.registry.app import RegistryApp
+from loraplane.shared.errors import LoraplaneError
 from loraplane.shared.migrations import migrate_up
 from loraplane.stack.stack import Stack
+from loraplane.worker.app import WorkerApp
 from loraplane.worker.settings import WorkerSettings
+from loraplane.worker.vllm_engine import VllmEngine
 from tests.support.registry import TOKEN, registry_settings
 
 
@@ -129,6 +141,27 @@ def worker_settings(stack: Stack, demo: DemoManifest, work: Path, worker_id: str
     return WorkerSettings(**values)
 
 
+@contextlib.asynccontextmanager
+async def serving_worker(stack: Stack, demo: DemoManifest, work: Path, worker_id: str,
+                         **overrides: Any) -> AsyncIterator[WorkerApp]:
+    """A started worker (:func:`worker_settings` with ``overrides``) on a real vLLM engine
+    of the demo's base model. On exit the worker stops and the engine closes, its memory
+    collected before the next module starts one (also when the worker failed to start)."""
+    settings = worker_settings(stack, demo, work, worker_id, **overrides)
+    engine = await VllmEngine.start(demo.base_model.dir, settings.engine_options())
+    try:
+        worker = WorkerApp(settings, engine, registry=CollectorRegistry())
+        await worker.start()
+        try:
+            yield worker
+        finally:
+            await worker.stop()
+    finally:
+        await engine.close()
+        del engine
+        gc.collect()
+
+
 def gateway_settings(stack: Stack, cp: ControlPlane, demo: DemoManifest, *,
                      instance_id: str, **overrides: Any) -> GatewaySettings:
     """An in-process gateway on free ports against ``cp``'s registry (no metrics server;
@@ -151,6 +184,50 @@ async def run_cli(env: dict[str, str], *args: str, ok: bool = True) -> Any:
     if ok:
         assert result.exit_code == 0, (args, result.stdout, result.stderr)
     return result
+
+
+async def tenant_with_key(cli_env: dict[str, str], tenant: str, *,
+                          priority: str = "gold") -> str:
+    """Create ``tenant`` (``priority``) and an API key of it, through the CLI; the key."""
+    await run_cli(cli_env, "tenants", "create", tenant, "--priority", priority)
+    created = await run_cli(cli_env, "keys", "create", tenant, "--json")
+    return str(json.loads(created.stdout)["secret"])
+
+
+def adapter_copy(demo: DemoManifest, work: Path, name: str, version: str) -> Path:
+    """A private copy (under ``work``) of the demo adapter ``name`` ``version``: a release
+    never touches the demo's cache."""
+    src = next(a for a in demo.adapters if (a.name, a.version) == (name, version))
+    dst = work / "adapters" / f"{name}-{version}-{uuid.uuid4().hex[:6]}"
+    shutil.copytree(src.dir, dst)
+    return dst
+
+
+async def release(cli_env: dict[str, str], demo: DemoManifest, adapter: Path, *,
+                  tenant: str, name: str, version: str, wait_s: int = 120,
+                  ok: bool = True) -> Any:
+    """``loraplane release adapter`` as ``tenant/name`` ``version`` on the demo's base
+    model, signed with the demo's key, waiting ``wait_s`` for the verdict (``--json``);
+    asserts exit 0 unless ``ok`` is false. Returns the click result."""
+    return await run_cli(
+        cli_env, "release", str(adapter), "--tenant", tenant, "--name", name,
+        "--version", version, "--base-model", demo.base_model.name,
+        "--signing-key", str(demo.keys.private_key), "--wait", str(wait_s), "--json", ok=ok)
+
+
+async def catalog_shows(gateway: GatewayApp, tenant: str, name: str,
+                        check: Callable[[Any], bool], *, timeout_s: float = 60.0) -> None:
+    """Wait until ``check(entry)`` holds for the gateway's catalogue entry of
+    ``tenant/name`` (an adapter the gateway does not know yet counts as not)."""
+    catalog = gateway.gateway.catalog
+
+    def shows() -> bool:
+        try:
+            return bool(check(catalog.lookup(tenant, name)))
+        except LoraplaneError:
+            return False
+
+    await eventually(shows, timeout_s=timeout_s, every_s=0.2)
 
 
 async def eventually(check: Any, *, timeout_s: float = 30.0, every_s: float = 0.1) -> Any:

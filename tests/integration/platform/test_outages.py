@@ -8,16 +8,16 @@ probes, it un-routed every worker after 5 s of silent ``cache.state``.
 
 Each case: HOT requests keep being answered by the adapter (zero refused, none
 degraded); what cannot happen without the component fails fast and names it; after
-the restart it works again without restarting any service.
+the restart it works again without restarting any service. Each case releases the
+versions it needs itself (the object-store case its own COLD one), so each passes alone
+(``-k``) and one failing case does not fail the next.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
-import shutil
 import time
 import uuid
 from collections import Counter
@@ -33,17 +33,20 @@ from prometheus_client import CollectorRegistry
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.placement import ANSWERING
-from loraplane.shared.errors import LoraplaneError
+from loraplane.stack.components import Component
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc, worker_pb2, worker_pb2_grpc
 from loraplane.worker.app import WorkerApp
-from loraplane.worker.vllm_engine import VllmEngine
 from tests.integration.platform.support import (
+    adapter_copy,
+    catalog_shows,
     control_plane,
     eventually,
     gateway_settings,
+    release,
     run_cli,
-    worker_settings,
+    serving_worker,
+    tenant_with_key,
 )
 
 pytestmark = pytest.mark.engine
@@ -63,26 +66,31 @@ class Platform:
     cli_env: dict[str, str]
     workdir: Path
     key: str = ""
-    released: list[str] = field(default_factory=list)
-
-    def adapter_dir(self, name: str, version: str) -> Path:
-        src = next(a for a in self.demo.adapters if (a.name, a.version) == (name, version))
-        dst = self.workdir / "adapters" / f"{name}-{uuid.uuid4().hex[:6]}"
-        shutil.copytree(src.dir, dst)
-        return dst
-
-    async def cli(self, *args: str, ok: bool = True) -> Any:
-        return await run_cli(self.cli_env, *args, ok=ok)
 
     async def release(self, version: str, *, ok: bool = True, wait_s: int = 120) -> Any:
         """Release a new version of ``support`` (the demo's support weights, new version)."""
-        return await self.cli(
-            "release", str(self.adapter_dir("support", self.demo_version)), "--tenant", TENANT,
-            "--name", "support", "--version", version,
-            "--base-model", self.demo.base_model.name,
-            "--signing-key", str(self.demo.keys.private_key), "--wait", str(wait_s), "--json",
-            ok=ok,
-        )
+        return await release(
+            self.cli_env, self.demo,
+            adapter_copy(self.demo, self.workdir, "support", self.demo_version),
+            tenant=TENANT, name="support", version=version, wait_s=wait_s, ok=ok)
+
+    async def release_cold(self, version: str) -> None:
+        """Release ``version`` of ``support`` (admitted, never promoted, so nothing loads
+        it) and wait until the gateway's catalogue has it."""
+        result = await self.release(version)
+        assert json.loads(result.stdout)["verdict"] == "admitted", result.stdout
+        await catalog_shows(self.gateway, TENANT, "support",
+                            lambda entry: version in entry.versions)
+
+    async def admitted_after_outage(self, version: str, *, timeout_s: float) -> None:
+        """Release ``version`` until one attempt is admitted (2 s apart, within
+        ``timeout_s``): the services take releases again without a restart."""
+
+        async def admitted() -> bool:
+            r = await self.release(version, ok=False, wait_s=120)
+            return r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "admitted"
+
+        await eventually(admitted, timeout_s=timeout_s, every_s=2)
 
     @property
     def demo_version(self) -> str:
@@ -95,49 +103,34 @@ async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
     unique = uuid.uuid4().hex[:8]
     work = tmp_path_factory.mktemp("outages")
     demo = build_demo()
-    async with control_plane(stack, work, demo, name="outage", unique=unique,
-                             actor="ci/outages") as cp:
-        wsettings = worker_settings(stack, demo, work, f"w-outage-{unique}",
-                                    worker_max_loras=2, worker_max_cpu_loras=4)
-        engine = await VllmEngine.start(demo.base_model.dir, wsettings.engine_options())
-        worker = WorkerApp(wsettings, engine, registry=CollectorRegistry())
-        await worker.start()
+    async with (
+        control_plane(stack, work, demo, name="outage", unique=unique,
+                      actor="ci/outages") as cp,
+        serving_worker(stack, demo, work, f"w-outage-{unique}", worker_max_loras=2,
+                       worker_max_cpu_loras=4) as worker,
+    ):
         gateway = GatewayApp(
             gateway_settings(stack, cp, demo, instance_id=f"gw-outage-{unique}", http_port=0,
                              worker_stale_after_s=STALE_S, worker_probe_interval_s=0.5),
             registry=CollectorRegistry(), serve_metrics=False,
         )
         await gateway.start()
-        await gateway.wait_ready(60)
-        p = Platform(stack, demo, gateway, worker, cp.cli_env, work)
         try:
-            await p.cli("tenants", "create", TENANT, "--priority", "gold")
-            p.key = json.loads((await p.cli("keys", "create", TENANT, "--json")).stdout)[
-                "secret"]
+            await gateway.wait_ready(60)
+            p = Platform(stack, demo, gateway, worker, cp.cli_env, work,
+                         key=await tenant_with_key(cp.cli_env, TENANT, priority="gold"))
             await p.release("2026-11-01.1")
-            await p.cli("promote", f"{TENANT}/support", "2026-11-01.1", "--reason",
-                        "outage test")
+            await run_cli(cp.cli_env, "promote", f"{TENANT}/support", "2026-11-01.1",
+                          "--reason", "outage test")
             g = gateway.gateway
-
-            async def promoted() -> bool:
-                try:
-                    return bool(
-                        g.catalog.lookup(TENANT, "support").release.stable == "2026-11-01.1"
-                        and TENANT in g.auth.tenants
-                        and g.placement.routable(demo.base_model.name))
-                except LoraplaneError:
-                    return False
-
-            await eventually(promoted, timeout_s=60, every_s=0.2)
+            await catalog_shows(gateway, TENANT, "support", lambda entry: (
+                entry.release.stable == "2026-11-01.1" and TENANT in g.auth.tenants
+                and g.placement.routable(demo.base_model.name)))
             yield p
         finally:
             for comp in (stack.seaweedfs, stack.tansu, stack.postgres):
                 comp.start()  # a failed case must not leave the session's stack down
             await gateway.stop(1)
-            await worker.stop()
-            await engine.close()
-            del engine
-            gc.collect()
 
 
 @dataclass
@@ -189,6 +182,22 @@ async def steady_load(p: Platform, clients: int = 3) -> AsyncIterator[Load]:
             await asyncio.gather(*tasks)
 
 
+@contextlib.asynccontextmanager
+async def outage(p: Platform, component: Component, *, before_s: float = 1.0,
+                 after_s: float = 1.0) -> AsyncIterator[Load]:
+    """Under :func:`steady_load`: ``before_s`` of load, then ``component`` of the stack
+    killed (SIGKILL) for the body and started again after it (also when it fails), then
+    ``after_s`` more of load. The body starts right after the kill."""
+    async with steady_load(p) as load:
+        await asyncio.sleep(before_s)
+        component.kill()
+        try:
+            yield load
+        finally:
+            component.start()
+        await asyncio.sleep(after_s)
+
+
 async def _make_hot(p: Platform) -> None:
     """One background request loads the stable version; then it is HOT on the worker."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
@@ -220,25 +229,19 @@ async def test_broker_outage_of_three_staleness_windows_refuses_nothing(
     g = p.gateway.gateway
     wid = p.worker.settings.worker_id
     await _make_hot(p)
-    async with steady_load(p) as load:
-        await asyncio.sleep(2)
+    async with outage(p, p.stack.tansu, before_s=2, after_s=2) as load:
         before = load.total
         heat_before = g.heat.recorded
-        p.stack.tansu.kill()
         killed = time.monotonic()
-        try:
-            while time.monotonic() - killed < 3 * STALE_S:
-                await asyncio.sleep(0.5)
-                w = g.placement.worker(wid)
-                assert w is not None and g.placement.liveness(w) == ANSWERING
-                assert g.placement.routable(p.demo.base_model.name), "worker un-routed"
-            during = load.total - before
-            # the worker's cache.state reports have been silent for longer than the window
+        while time.monotonic() - killed < 3 * STALE_S:
+            await asyncio.sleep(0.5)
             w = g.placement.worker(wid)
-            assert w is not None and time.time() - w.last_seen > STALE_S
-        finally:
-            p.stack.tansu.start()
-        await asyncio.sleep(2)
+            assert w is not None and g.placement.liveness(w) == ANSWERING
+            assert g.placement.routable(p.demo.base_model.name), "worker un-routed"
+        during = load.total - before
+        # the worker's cache.state reports have been silent for longer than the window
+        w = g.placement.worker(wid)
+        assert w is not None and time.time() - w.last_seen > STALE_S
     _assert_all_hot(load, "broker outage")
     assert during > 10, during
     print(f"\n[measure] broker down {3 * STALE_S:.0f}s: {load.total} requests, "
@@ -255,16 +258,7 @@ async def test_broker_outage_of_three_staleness_windows_refuses_nothing(
           f"dropped {p.worker.publisher.dropped}")
 
     # the broker is back: a release goes all the way to admitted, and the view sees it
-    result = await p.release("2026-11-02.1")
-    assert json.loads(result.stdout)["verdict"] == "admitted", result.stdout
-
-    async def visible() -> bool:
-        try:
-            return "2026-11-02.1" in g.catalog.lookup(TENANT, "support").versions
-        except LoraplaneError:
-            return False
-
-    await eventually(visible, timeout_s=60)
+    await p.release_cold("2026-11-02.1")
 
 
 async def test_postgres_outage_keeps_hot_serving_and_release_fails_fast(
@@ -272,17 +266,11 @@ async def test_postgres_outage_keeps_hot_serving_and_release_fails_fast(
 ) -> None:
     p = platform
     await _make_hot(p)
-    async with steady_load(p) as load:
-        await asyncio.sleep(1)
-        p.stack.postgres.kill()
-        try:
-            t0 = time.monotonic()
-            result = await p.release("2026-11-03.1", ok=False, wait_s=5)
-            failed_in = time.monotonic() - t0
-            await asyncio.sleep(3)
-        finally:
-            p.stack.postgres.start()
-        await asyncio.sleep(1)
+    async with outage(p, p.stack.postgres) as load:
+        t0 = time.monotonic()
+        result = await p.release("2026-11-03.1", ok=False, wait_s=5)
+        failed_in = time.monotonic() - t0
+        await asyncio.sleep(3)
     _assert_all_hot(load, "postgres outage")
     out = result.stdout + result.stderr
     assert result.exit_code not in (0, 3), out
@@ -290,11 +278,7 @@ async def test_postgres_outage_keeps_hot_serving_and_release_fails_fast(
     print(f"\n[measure] postgres down: {load.total} HOT requests {dict(load.outcomes)}; "
           f"release refused in {failed_in:.1f}s: {out.strip()[:160]}")
     # back: the same services take a release again (their pools reconnect by themselves)
-    async def released() -> bool:
-        r = await p.release("2026-11-03.1", ok=False, wait_s=120)
-        return r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "admitted"
-
-    await eventually(released, timeout_s=120, every_s=2)
+    await p.admitted_after_outage("2026-11-03.1", timeout_s=120)
 
 
 async def _cold_load(p: Platform, version: str) -> grpc.aio.AioRpcError | None:
@@ -323,22 +307,18 @@ async def test_object_store_outage_keeps_hot_serving_and_cold_work_fails_fast(
 ) -> None:
     p = platform
     await _make_hot(p)
-    cold = "2026-11-02.1"  # admitted in the broker case, never loaded
-    assert p.gateway.gateway.placement.tier(p.worker.settings.worker_id, p.gateway.gateway
-        .catalog.lookup(TENANT, "support").versions[cold].engine_id) == common_pb2.TIER_COLD
-    async with steady_load(p) as load:
-        await asyncio.sleep(1)
-        p.stack.seaweedfs.kill()
-        try:
-            t0 = time.monotonic()
-            result = await p.release("2026-11-04.1", ok=False, wait_s=5)
-            release_in = time.monotonic() - t0
-            t0 = time.monotonic()
-            err = await _cold_load(p, cold)
-            cold_in = time.monotonic() - t0
-        finally:
-            p.stack.seaweedfs.start()
-        await asyncio.sleep(1)
+    cold = "2026-11-04.1"  # this case's own version: admitted, never promoted nor loaded
+    await p.release_cold(cold)
+    g = p.gateway.gateway
+    assert g.placement.tier(p.worker.settings.worker_id, g.catalog.lookup(
+        TENANT, "support").versions[cold].engine_id) == common_pb2.TIER_COLD
+    async with outage(p, p.stack.seaweedfs) as load:
+        t0 = time.monotonic()
+        result = await p.release("2026-11-05.1", ok=False, wait_s=5)
+        release_in = time.monotonic() - t0
+        t0 = time.monotonic()
+        err = await _cold_load(p, cold)
+        cold_in = time.monotonic() - t0
     _assert_all_hot(load, "object store outage")
     out = result.stdout + result.stderr
     assert result.exit_code == 5, out  # the documented "a component is unreachable"
@@ -351,8 +331,4 @@ async def test_object_store_outage_keeps_hot_serving_and_cold_work_fails_fast(
     # back: the same worker loads it without a restart
     assert await _cold_load(p, cold) is None
     # back: a release is admitted again without restarting a service
-    async def released() -> bool:
-        r = await p.release("2026-11-04.1", ok=False, wait_s=120)
-        return r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "admitted"
-
-    await eventually(released, timeout_s=180, every_s=2)
+    await p.admitted_after_outage("2026-11-05.1", timeout_s=180)
