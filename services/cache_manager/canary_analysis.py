@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -251,6 +251,10 @@ class VersionFigures:
     degraded: int = 0
     """Of those, served by the base model because it was cold."""
     refused: int = 0
+    infra_errors: int = 0
+    """Of ``errors``, those with a transport / capacity status (cancelled, deadline,
+    exhausted, unavailable): the stable analysis leaves them out (a killed worker fails
+    every version on it alike); the canary's comparison with stable keeps them."""
     """Not in ``requests``: failed while it was COLD at arrival (refused per the cold-start
     budget, or its load on the request path failed): no verdict on its answers."""
     load_attempts: int = 0
@@ -268,7 +272,7 @@ class VersionFigures:
         """Counts (not the samples) for audit entries and the CLI."""
         out: dict[str, Any] = {
             "requests": self.requests, "errors": self.errors, "degraded": self.degraded,
-            "refused": self.refused,
+            "refused": self.refused, "infra_errors": self.infra_errors,
             "load_attempts": self.load_attempts, "load_failures": self.load_failures,
             "golden_ok": self.golden_ok, "golden_failed": self.golden_failed,
         }
@@ -541,6 +545,9 @@ def decide_stable(s: StableSnapshot, rules: AnalysisRules, now: float) -> Stable
         return out(StableAction.KEEP, Reason.DISABLED, "stable analysis disabled by the rules")
     c, ref = s.stable, s.reference
     served, ref_served = c.requests - c.degraded, ref.requests - ref.degraded
+    # a transport or capacity failure is no verdict on a version's answers
+    c = replace(c, errors=c.errors - c.infra_errors, infra_errors=0)
+    ref = replace(ref, errors=ref.errors - ref.infra_errors, infra_errors=0)
     if c.errors and ref_served < rules.min_requests:
         return out(StableAction.KEEP, Reason.NO_REFERENCE,
                    f"{c.errors} of {served} requests served by stable failed, but the base "
@@ -574,4 +581,5 @@ def sum_figures(figs: Sequence[VersionFigures]) -> VersionFigures:
     """Request counts of several versions added up (the stable analysis' reference)."""
     return VersionFigures(requests=sum(f.requests for f in figs),
                           errors=sum(f.errors for f in figs),
-                          degraded=sum(f.degraded for f in figs))
+                          degraded=sum(f.degraded for f in figs),
+                          infra_errors=sum(f.infra_errors for f in figs))

@@ -455,7 +455,8 @@ def observe(window: CanaryWindow, msg: Message, result: ApplyResult, now: float)
                            klass=request_class_from_proto(c.request_class).value,
                            ok=c.status_code == 0, degraded=c.degraded_to_base,
                            ttft_ms=c.ttft_ms,
-                           cold=c.tier_at_arrival == common_pb2.TIER_COLD)
+                           cold=c.tier_at_arrival == common_pb2.TIER_COLD,
+                           status_code=c.status_code)
         return
     if not result.resolutions:
         return

@@ -22,6 +22,10 @@ from dataclasses import dataclass
 
 from loraplane.cache_manager.canary_analysis import VersionFigures
 
+INFRA_STATUS = frozenset({1, 4, 8, 14})
+"""gRPC CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE: what a killed
+worker, a client giving up or a quota gives any version alike."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Request:
@@ -31,6 +35,8 @@ class _Request:
     degraded: bool
     ttft_ms: float
     refused: bool = False
+    infra: bool = False
+    """Failed with a transport / capacity status (see :data:`INFRA_STATUS`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,8 @@ class CanaryWindow:
     # ------------------------------------------------------------------ input
 
     def request(self, vid: str, t: float, *, request_id: str, klass: str, ok: bool,
-                degraded: bool, ttft_ms: float, cold: bool = False) -> bool:
+                degraded: bool, ttft_ms: float, cold: bool = False,
+                status_code: int = 0) -> bool:
         """One completed request resolved to ``vid``; False when already counted.
         ``cold``: it arrived while the version was COLD (a failure then is a refusal per
         its cold-start budget or a load failure, not an error after load)."""
@@ -79,7 +86,8 @@ class CanaryWindow:
             if len(self._seen) > self._dedupe_capacity:
                 self._seen.popitem(last=False)
         self._queue(self._requests, vid).append(
-            _Request(t, klass, ok, degraded, ttft_ms, cold and not ok and not degraded))
+            _Request(t, klass, ok, degraded, ttft_ms, cold and not ok and not degraded,
+                     not ok and status_code in INFRA_STATUS))
         return True
 
     def load(self, vid: str, t: float, *, ok: bool, error: str = "") -> None:
@@ -105,7 +113,7 @@ class CanaryWindow:
 
     def figures(self, vid: str, since: float, until: float) -> VersionFigures:
         """``vid``'s events with ``since <= t <= until``, summed."""
-        requests = errors = degraded = refused = 0
+        requests = errors = degraded = refused = infra = 0
         ttft: dict[str, list[float]] = {}
         for r in self._requests.get(vid, ()):
             if not since <= r.t <= until:
@@ -118,6 +126,7 @@ class CanaryWindow:
                 degraded += 1
             elif not r.ok:
                 errors += 1
+                infra += r.infra
             else:
                 ttft.setdefault(r.klass, []).append(r.ttft_ms)
         attempts = failures = 0
@@ -140,6 +149,7 @@ class CanaryWindow:
                 last_golden = g.error
         return VersionFigures(
             requests=requests, errors=errors, degraded=degraded, refused=refused,
+            infra_errors=infra,
             load_attempts=attempts,
             load_failures=failures, last_load_error=last_load, golden_ok=g_ok,
             golden_failed=g_failed, last_golden_error=last_golden,

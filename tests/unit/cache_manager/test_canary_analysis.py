@@ -284,3 +284,12 @@ def test_a_canary_whose_golden_set_has_not_answered_neither_advances_nor_is_prom
     s = CanarySnapshot("acme/code", "v2", "v1", 10, T0, VersionFigures(requests=50, golden_ok=2),
                        VersionFigures(requests=1000))
     assert decide(s, RULES, T0 + 600).action is Action.ADVANCE
+
+
+def test_transport_failures_of_a_stable_version_are_no_verdict() -> None:
+    # a killed worker: 10 of 40 requests UNAVAILABLE, on this version only (its worker)
+    killed = VersionFigures(requests=40, errors=10, infra_errors=10)
+    assert decide_stable(stable_snap(killed), RULES, T0).action is StableAction.KEEP
+    # the same count of INTERNAL failures is one
+    assert decide_stable(stable_snap(VersionFigures(requests=40, errors=10)), RULES,
+                         T0).action is StableAction.ROLLBACK

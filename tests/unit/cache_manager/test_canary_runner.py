@@ -219,6 +219,13 @@ def test_observe_counts_failures_while_cold_as_refusals_not_errors_after_load() 
     f = w.figures(STABLE, 0, time.time() + 1)
     assert (f.requests, f.errors, f.refused) == (2, 1, 2)
     assert f.as_dict()["refused"] == 2
+    # a transport failure after load is an error, marked as such (the stable analysis
+    # leaves it out)
+    observe(w, events_pb2.HeatBatch(completions=[
+        _completion("v1", "c5", status=14, tier=common_pb2.TIER_HOT)]),
+        ApplyResult(Applied()), time.time())
+    f = w.figures(STABLE, 0, time.time() + 1)
+    assert (f.errors, f.infra_errors) == (2, 1)
 
 
 def test_observe_takes_load_answers_with_their_message_and_skips_timeouts() -> None:
