@@ -57,6 +57,7 @@ from loraplane.cache_manager.canary_analysis import (
     StableAction,
     StableDecision,
     StableSnapshot,
+    VersionFigures,
     decide,
     decide_stable,
     sum_figures,
@@ -349,28 +350,34 @@ class CanaryRunner:
 
     def stable_snapshots(self, state: State, now: float) -> list[StableSnapshot]:
         """The stable analysis' input: one per adapter with a stable version, its reference
-        the other stable versions of the same base model over the same window."""
-        rows: list[tuple[str, str, str, str, float]] = []
+        the other stable versions of the same base model over the same window (each
+        version's figures summed once: linear in the adapters)."""
+        rows: list[tuple[str, str, str, VersionFigures]] = []
+        totals: dict[str, list[VersionFigures]] = {}
         for adapter_id, ptr in state.pointers.items():
             if not ptr.stable:
                 continue
             tenant, _, name = adapter_id.partition("/")
             vid = version_id(tenant, name, ptr.stable)
             rec = state.versions.get(vid)
-            since = now - self.rules_for(tenant, name).window_s
-            rows.append((adapter_id, vid, rec.ref.base_model if rec else "", ptr.stable, since))
+            base = rec.ref.base_model if rec else ""
+            fig = self.window.figures(vid, now - self.rules_for(tenant, name).window_s, now)
+            rows.append((adapter_id, ptr.stable, base, fig))
+            totals.setdefault(base, []).append(fig)
+        summed = {base: sum_figures(figs) for base, figs in totals.items()}
         out: list[StableSnapshot] = []
-        for adapter_id, vid, base, version, since in rows:
+        for adapter_id, version, base, fig in rows:
             ptr = state.pointers[adapter_id]
             tenant, _, name = adapter_id.partition("/")
             target = ptr.rollback_target
             if target and version_id(tenant, name, target) in self.withdrawn:
                 target = ""  # never back to a version the analysis took out
-            others = [self.window.figures(v, since, now) for a, v, b, _, _ in rows
-                      if a != adapter_id and b == base]
-            out.append(StableSnapshot(adapter_id, version, target,
-                                      self.window.figures(vid, since, now),
-                                      sum_figures(others)))
+            t = summed[base]
+            others = VersionFigures(requests=t.requests - fig.requests,
+                                    errors=t.errors - fig.errors,
+                                    degraded=t.degraded - fig.degraded,
+                                    infra_errors=t.infra_errors - fig.infra_errors)
+            out.append(StableSnapshot(adapter_id, version, target, fig, others))
         return out
 
     async def tick_stable(self, state: State, now: float) -> list[StableDecision]:
