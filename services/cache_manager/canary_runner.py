@@ -305,12 +305,12 @@ class CanaryRunner:
         live: dict[str, tuple[str, int]] = {
             a: (p.canary, p.canary_percent) for a, p in state.pointers.items() if p.canary}
         for adapter_id in [a for a in self.runs if a not in live]:
-            run = self.runs.pop(adapter_id)
-            if (run.last_decision or {}).get("action") == Action.ABORT.value:
+            gone = self.runs.pop(adapter_id)
+            if (gone.last_decision or {}).get("action") == Action.ABORT.value:
                 # again here: a leader that died between the abort and its demotion left
                 # the version HOT (a no-op where it is no longer HOT)
                 tenant, _, name = adapter_id.partition("/")
-                self.on_abort(version_id(tenant, name, run.version), now)
+                self.on_abort(version_id(tenant, name, gone.version), now)
             await self.store.delete(adapter_id)
         for adapter_id, (version, percent) in live.items():
             run = self.runs.get(adapter_id)
