@@ -524,7 +524,7 @@ async def test_hold_window_before_after(iso: Iso) -> None:
                 "p99_ratio": during.pct(0.99) / alone.pct(0.99),
                 "load_average_1m": os.getloadavg()[0],
                 **{k: v for k, v in _breakdown(iso, during).items()
-                   if k.startswith("others_")},
+                   if k.startswith(("others_", "p99_request_"))},
                 **gap_fig,
             }
             r = rows[name]
@@ -536,8 +536,10 @@ async def test_hold_window_before_after(iso: Iso) -> None:
                   f"{100 * r['others_over_cap_share']:.0f} %; interactive gaps "
                   f"{r['gaps']:.0f}, p50 {r['gap_p50_ms']:.1f} / p99 {r['gap_p99_ms']:.1f} / "
                   f"max {r['gap_max_ms']:.1f} ms, background admitted beyond the cap in them "
-                  f"{r['background_admitted_beyond_cap_in_gaps']:.0f}; load "
-                  f"{r['load_average_1m']:.1f}")
+                  f"{r['background_admitted_beyond_cap_in_gaps']:.0f}; p99 request: "
+                  + ", ".join(f"{ph} {r.get(f'p99_request_{ph}_ms', float('nan')):.0f}"
+                              for ph in PHASES)
+                  + f" ms; load {r['load_average_1m']:.1f}")
             assert not alone.refusals and not during.refusals
             assert len(during.latencies) == 2 * SAMPLES
             _check_flooder(iso, flooded, since=waits0)
