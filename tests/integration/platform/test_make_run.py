@@ -1,5 +1,6 @@
 """`loraplane run` (what `make run` calls): healthy status, demo.env, a crashed worker
-restarted by the supervisor while the other one serves, and a clean Ctrl-C.
+restarted by the supervisor while the other one serves, a SIGKILLed gateway process while
+the other one serves the shared ports (then restarted), and a clean Ctrl-C.
 
 The supervisor runs on its own port block and data directory so that it neither
 collides with the session's test stack nor with a developer's `make run`.
@@ -66,6 +67,7 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
         lines = status.stdout.strip().splitlines()
         procs = service_processes(settings, service_env(settings))
         assert sum(p.spec.name == "worker" for p in procs) == 2  # two workers by default
+        assert sum(p.spec.name == "gateway" for p in procs) == 2  # and two gateways
         expected = 4 + len(procs)
         assert len(lines) == expected and all(line.startswith("ok") for line in lines), lines
 
@@ -101,6 +103,32 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
             time.sleep(2)
         else:
             raise AssertionError(f"worker-1 was not restarted:\n{status.stdout}")
+        assert line.startswith("ok") and "restarts 1" in line, line
+
+        # two gateway processes serve the public ports: one SIGKILLed, the other serves
+        # every new connection, and the supervisor brings the killed one back
+        gateways = [p for p in procs if p.spec.name == "gateway"]
+        assert [p.name for p in gateways] == ["svc-gateway", "svc-gateway-1"]
+        gw_pid = gateways[1].pid()
+        assert gw_pid is not None
+        os.killpg(gw_pid, signal.SIGKILL)
+        codes = []
+        for _ in range(20):
+            with httpx.Client(timeout=60) as client:  # a connection of its own each
+                r = client.post(f"{http}/v1/completions", headers=auth,
+                                json={"model": adapter, "prompt": "Hi", "max_tokens": 2})
+            codes.append(r.status_code)
+        assert codes == [200] * 20, codes
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            status = subprocess.run([_cli(), "status"], env=env, capture_output=True,
+                                    text=True, timeout=60, check=False)
+            line = next(x for x in status.stdout.splitlines() if "svc-gateway-1 " in x)
+            if status.returncode == 0 and gateways[1].pid() not in (None, gw_pid):
+                break
+            time.sleep(2)
+        else:
+            raise AssertionError(f"gateway-1 was not restarted:\n{status.stdout}")
         assert line.startswith("ok") and "restarts 1" in line, line
     finally:
         proc.send_signal(signal.SIGINT)
