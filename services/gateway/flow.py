@@ -106,7 +106,7 @@ class FlowConfig(BaseModel):
     """Hold window: seconds the ``background_slots_with_interactive`` cap stays in force
     after the last interactive request on the worker ended (0 = released the instant it
     ends). Between a quiet tenant's requests the worker had no interactive request for
-    9-10 ms (median) and at most 71 ms (49 ms at load 9) in the isolation bench; released
+    6-10 ms (median) and at most 71 ms (also at load 9) in the isolation bench; released
     at once, background refilled its whole room in those gaps and the next interactive
     request shared the batch with all of it. 0.5 s covers the longest gap measured 7 times
     over and costs background at most half a second at its reduced cap once interactive
