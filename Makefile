@@ -89,12 +89,12 @@ stress: install ## the platform under load and faults (2 vLLM workers, 12 scenar
 lint: install ## ruff
 	$(PY) -m ruff check services tests scripts benchmarks
 
-typecheck: install ## mypy --strict on the pure core (policy), the shared library and the cache manager
+typecheck: install ## mypy --strict on the pure core (policy), the shared library, the cache manager and the gateway
 	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
 	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent -p loraplane.policy \
 	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec \
 	  -p loraplane.shared.consumer -p loraplane.shared.resources -p loraplane.shared.aio \
-	  -p loraplane.cache_manager
+	  -p loraplane.cache_manager -p loraplane.gateway
 
 clean: ## remove local state (.loraplane/) — stops the stacks first
 	-$(LP) stack down --profile run

@@ -180,7 +180,7 @@ class GatewayApp:
         if settings.worker_probe_interval_s > 0:
             probes = self.metrics.probes
             self.prober = WorkerProber(
-                self.gateway.placement, self.gateway.workers,  # type: ignore[arg-type]
+                self.gateway.placement, self.gateway.workers,
                 interval_s=settings.worker_probe_interval_s,
                 timeout_s=settings.worker_probe_timeout_s,
                 on_result=lambda worker, result: probes.labels(worker, result).inc(),

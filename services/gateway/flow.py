@@ -337,7 +337,7 @@ class FlowQueue(Generic[T]):
         window."""
         if (not self.config.background_slots_with_interactive
                 or not self.config.interactive_hold_s or interactive_ended_at is None
-                or sum(running[:PRIORITIES_PER_CLASS])):
+                or any(running[:PRIORITIES_PER_CLASS])):
             return None
         return interactive_ended_at + self.config.interactive_hold_s
 
