@@ -120,8 +120,13 @@ class Component:
             return None
         return pid if _pid_alive(pid) else None
 
+    def exclusive_ports(self) -> dict[str, int]:
+        """The ports this process alone serves: a start must find them free, a kill waits
+        until they are (a port shared with a sibling process stays served by it)."""
+        return self.ports()
+
     def check_ports_free(self) -> None:
-        for label, port in self.ports().items():
+        for label, port in self.exclusive_ports().items():
             if port_in_use(port):
                 raise StackError(
                     f"{self.name}: port {port} ({label}) is already taken by another process; "
@@ -198,8 +203,8 @@ class Component:
 
     def kill(self, ports_timeout_s: float = 30.0) -> None:
         """SIGKILL the process group (failure tests); return once none of the
-        component's ports accepts a connection, so that the outage has begun and a
-        :meth:`start` after it finds them free. The pid stops counting as alive when its
+        component's own ports (:meth:`exclusive_ports`) accepts a connection, so that the
+        outage has begun and a :meth:`start` after it finds them free. The pid stops counting as alive when its
         leader thread is a zombie, but its sockets close only when its last thread has
         exited (a thread still in disk I/O: seconds on a busy machine; the object-store
         outage test's restart found the old filer port still served). Raises
@@ -214,7 +219,7 @@ class Component:
         self._reap()
         deadline = time.monotonic() + ports_timeout_s
         while True:
-            served = [f"{port} ({label})" for label, port in self.ports().items()
+            served = [f"{port} ({label})" for label, port in self.exclusive_ports().items()
                       if port_in_use(port)]
             if not served:
                 return

@@ -147,18 +147,14 @@ class ServiceProcess(Component):
     def start_timeout_s(self) -> float:
         return max(self.spec.start_timeout_s, self.s.start_timeout_s)
 
-    def check_ports_free(self) -> None:
-        """Its own ports must be free; a shared one (the gateway's public ports) only while
-        no other replica of the service runs (then it is that replica's, and shared)."""
+    def exclusive_ports(self) -> dict[str, int]:
+        """All its ports, but a shared one (the gateway's public ports) only while no other
+        replica of the service runs: then that replica serves it too, so a start does not
+        need it free and a kill does not wait for it to close."""
         if not self.spec.shared_ports or not self._sibling_running():
-            super().check_ports_free()
-            return
-        own = {f"{self.spec.env_prefix()}{k}".lower()
-               for k in self.spec.shared_ports}
-        for label, port in self.ports().items():
-            if label not in own and port_in_use(port):
-                raise StackError(
-                    f"{self.name}: port {port} ({label}) is already taken by another process")
+            return self.ports()
+        shared = {f"{self.spec.env_prefix()}{k}".lower() for k in self.spec.shared_ports}
+        return {label: port for label, port in self.ports().items() if label not in shared}
 
     def _sibling_running(self) -> bool:
         for i in range(self.spec.replicas(self.s)):

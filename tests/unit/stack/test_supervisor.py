@@ -380,3 +380,25 @@ def test_stop_waits_for_a_check_in_progress_and_nothing_restarts_after(
     assert stopped.is_set()
     sup.check_once()  # a later pass of the watch loop
     assert comp.launches == 0  # nothing restarted once stop had begun
+
+
+def test_a_gateway_replica_s_own_ports_leave_out_the_shared_ones_while_a_sibling_runs(
+    settings: StackSettings,
+) -> None:
+    """What a kill waits to see closed: with the sibling running, the shared public ports
+    stay served by it, so a kill of one replica must not wait for them (the make-run wiring
+    test's SIGKILL waited 30 s and failed); without a sibling they are its own."""
+    procs = [p for p in service_processes(settings, service_env(settings))
+             if p.spec.name == "gateway"]
+    shared = {"loraplane_gateway_grpc_port", "loraplane_gateway_http_port"}
+    assert shared <= set(procs[1].ports())
+    assert set(procs[1].exclusive_ports()) == set(procs[1].ports())  # no sibling
+    procs[0].pidfile.parent.mkdir(parents=True, exist_ok=True)
+    procs[0].pidfile.write_text(str(os.getpid()))  # the sibling runs
+    try:
+        own = procs[1].exclusive_ports()
+    finally:
+        procs[0].pidfile.unlink()
+    assert set(own) == set(procs[1].ports()) - shared
+    assert own["loraplane_gateway_metrics_port"] == procs[1].ports()[
+        "loraplane_gateway_metrics_port"]
