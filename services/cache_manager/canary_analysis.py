@@ -12,8 +12,10 @@ one :class:`Decision`:
   class, is worse than stable's beyond the rule);
 * ``hold`` — nothing failed, but the stage is not over (dwell time or minimum
   requests not reached, or its golden set has not answered yet), or the analysis is
-  paused / disabled;
-* ``advance`` — the stage is over and clean: next share in ``stages``;
+  paused / disabled; a canary staged at 0 % under a prewarm schedule holds
+  (``prewarming``) until every target worker reported it WARM or HOT;
+* ``advance`` — the stage is over and clean: next share in ``stages``; a prewarmed
+  staged canary gets its schedule's first share (``prewarmed``);
 * ``promote`` — the last stage (100 %) is over and clean: make it stable.
 
 Rates are judged with a one-sided Wilson score bound, so a handful of requests never
@@ -83,6 +85,10 @@ class Reason(str, Enum):
     """No canary share yet (staged at 0 %): the analysis starts when a share is set."""
     GOLDEN_PENDING = "golden_pending"
     """Its golden set has not answered yet."""
+    PREWARMING = "prewarming"
+    """Staged under a prewarm schedule: not yet WARM on every target worker."""
+    PREWARMED = "prewarmed"
+    """Staged under a prewarm schedule and WARM on every target worker: first share."""
     # advance / promote
     STAGE_PASSED = "stage_passed"
     # stable versions
@@ -300,6 +306,12 @@ class CanarySnapshot:
     golden_pending: bool = False
     """A golden set applies to it and has not answered yet (never run, or running): it
     may abort but neither advance nor be promoted before its golden set is in."""
+    prewarm_start: int = 0
+    """Its prewarm schedule's first share (0: no schedule, a person sets the share)."""
+    prewarm_targets: tuple[str, ...] = ()
+    """The schedule's target workers (:mod:`loraplane.cache_manager.prewarm`)."""
+    prewarm_ready: tuple[str, ...] = ()
+    """Targets that reported it WARM or HOT."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,16 +450,35 @@ def decide(s: CanarySnapshot, rules: AnalysisRules, now: float) -> Decision:
     if not rules.enabled:
         return out(Action.HOLD, Reason.DISABLED, "canary analysis disabled by the rules",
                    s.percent)
+
+    def staged() -> Decision:
+        if s.paused:
+            return out(Action.HOLD, Reason.PAUSED, "paused by an operator", 0)
+        if s.prewarm_start <= 0:
+            return out(Action.HOLD, Reason.NOT_RUNNING, "staged at 0 %: no share yet", 0)
+        checks = {"prewarm": {"targets": list(s.prewarm_targets),
+                              "ready": list(s.prewarm_ready)}}
+        if not s.prewarm_targets or len(s.prewarm_ready) < len(s.prewarm_targets):
+            return out(Action.HOLD, Reason.PREWARMING,
+                       f"WARM on {len(s.prewarm_ready)} of {len(s.prewarm_targets)} target "
+                       f"worker(s) before its {s.prewarm_start} % share", 0, checks)
+        if s.golden_pending:
+            return out(Action.HOLD, Reason.GOLDEN_PENDING,
+                       "prewarmed; its golden set has not answered yet", 0, checks)
+        return out(Action.ADVANCE, Reason.PREWARMED,
+                   f"WARM on every target worker ({', '.join(s.prewarm_targets)}): "
+                   f"{s.prewarm_start} %", s.prewarm_start, checks)
+
     if s.percent <= 0 and s.canary.load_failures < rules.min_load_failures:
-        return out(Action.HOLD, Reason.NOT_RUNNING, "staged at 0 %: no share yet", 0)
+        return staged()
     failure = _failures(s, rules)
     if failure is not None:
         reason, detail, checks = failure
         return out(Action.ABORT, reason, detail, 0, checks)
+    if s.percent <= 0:
+        return staged()
     if s.paused:
         return out(Action.HOLD, Reason.PAUSED, "paused by an operator", s.percent)
-    if s.percent <= 0:
-        return out(Action.HOLD, Reason.NOT_RUNNING, "staged at 0 %: no share yet", 0)
     if s.golden_pending:
         return out(Action.HOLD, Reason.GOLDEN_PENDING,
                    "its golden set has not answered yet", s.percent)

@@ -65,6 +65,7 @@ from loraplane.cache_manager.canary_analysis import (
 from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import ApplyResult
 from loraplane.cache_manager.model import CommandKind, Ref, request_class_from_proto, version_id
+from loraplane.cache_manager.prewarm import PrewarmStatus
 from loraplane.cache_manager.state import State, ts_seconds
 from loraplane.shared.tls import REGISTRY_ID, TlsFiles, secure_or_insecure_aio_channel
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
@@ -268,6 +269,9 @@ class CanaryRunner:
         self.golden_pending: Callable[[str], bool] = lambda _vid: False
         """Whether a canary version's golden set applies and has not answered yet (the
         service knows its shadow runs)."""
+        self.prewarm: Callable[[State, str], PrewarmStatus | None] = lambda _s, _vid: None
+        """A staged canary version's prewarm schedule and where it stands (None: none;
+        the service wires :func:`loraplane.cache_manager.prewarm.status`)."""
         self._held: set[str] = set()
         """Withdrawn versions still the stable pointer: kept out of HOT every tick."""
 
@@ -295,9 +299,12 @@ class CanaryRunner:
         canary = self.window.figures(version_id(tenant, name, ptr.canary), since, now)
         stable = self.window.figures(version_id(tenant, name, ptr.stable), since, now) \
             if ptr.stable else self.window.figures("", since, now)
+        vid = version_id(tenant, name, ptr.canary)
+        pre = self.prewarm(state, vid) if ptr.canary_percent <= 0 else None
         return CanarySnapshot(adapter_id, ptr.canary, ptr.stable, ptr.canary_percent,
                               run.stage_started_at, canary, stable, run.paused,
-                              self.golden_pending(version_id(tenant, name, ptr.canary)))
+                              self.golden_pending(vid),
+                              *((pre.start_percent, pre.targets, pre.ready) if pre else ()))
 
     async def _sync_runs(self, state: State, now: float) -> None:
         """One run per canary pointer: new canaries and share changes made by someone

@@ -16,7 +16,8 @@ One planning round (:meth:`Planner.plan`):
    scheduled windows HOT on enough workers (taking a free slot, else displacing
    the coolest unprotected idle version); keep rollback targets WARM; load on
    demand where a slot is free. A rule wins over the policy on the same key:
-   the policy may not demote what a rule requires HOT.
+   the policy may not demote what a rule requires HOT. A staged canary under a prewarm
+   schedule is prefetched WARM to each of its target workers (:mod:`.prewarm`).
 4. **Guards.** Drop what is unsafe or not allowed now: a command for a key with
    one in flight or backing off (:class:`~loraplane.cache_manager.tracker.CommandTracker`),
    a load beyond a worker's slots, a pin that would leave no unpinned slot
@@ -38,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from loraplane.cache_manager import prewarm
 from loraplane.cache_manager.model import CommandKind, CommandSpec, Status, Tier, VersionRecord
 from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.state import State, WorkerView
@@ -604,6 +606,9 @@ class Planner:
                 notes.append(f"{vid}: {missing} of {req.replicas} HOT replica(s) short "
                              f"({req.reason}): no worker with room")
 
+        # 2b. Canary prewarm schedules: verified bytes on every target worker (free bytes).
+        out += self._canary_prewarm(state, proj, tracker, now, notes, protected)
+
         # 3. Rollback targets stay WARM where the stable version is HOT (free bytes only).
         rb = self.rules.rollback
         if rb.keep_target_warm and rb.warm_replicas > 0:
@@ -639,6 +644,49 @@ class Planner:
                     protected.add((wid, tvid))
                     need -= 1
         return out, protected
+
+    def _canary_prewarm(
+        self,
+        state: State,
+        proj: dict[str, Projection],
+        tracker: CommandTracker,
+        now: float,
+        notes: list[str],
+        protected: set[tuple[str, str]],
+    ) -> list[CommandSpec]:
+        """``LOAD_WARM`` of every staged canary under a prewarm schedule on each of its
+        target workers (:func:`loraplane.cache_manager.prewarm.targets`) that does not hold
+        it; a WARM copy there is protected from the policy's removals."""
+        out: list[CommandSpec] = []
+        versions = state.versions
+        for vid in sorted(state.canaries()[0]):
+            rec = versions.get(vid)
+            if rec is None or not rec.status.loadable or not rec.artifact_uri:
+                continue
+            schedule = self.rules.canary.prewarm_for(rec.ref.tenant_id, rec.ref.adapter_name)
+            for wid in prewarm.targets(state, rec, schedule):
+                pr = proj.get(wid)
+                if pr is None:
+                    continue
+                held = pr.slots.get(vid)
+                if held is not None:
+                    if held.tier is Tier.WARM:
+                        protected.add((wid, vid))
+                    continue
+                room = pr.view.warm_bytes_capacity - pr.used_bytes(versions)
+                if room < rec.size_bytes:
+                    notes.append(f"{vid}: canary prewarm on {wid} short of host bytes "
+                                 f"({room} free, {rec.size_bytes} needed)")
+                    continue
+                if not tracker.can_issue(wid, vid, now):
+                    continue
+                out.append(CommandSpec(
+                    CommandKind.LOAD_WARM, wid, vid, Reason.CANARY_PREWARM,
+                    f"prewarm schedule: WARM before its {schedule.start_percent} % share",
+                    source="rule:canary_prewarm"))
+                pr.apply(CommandKind.LOAD_WARM, vid)
+                protected.add((wid, vid))
+        return out
 
     def _hosts(
         self,

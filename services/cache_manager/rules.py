@@ -7,7 +7,9 @@ what the business requires whatever the heat:
 
 * ``canary``: a canary version (as soon as its pointer is set, share 0 included)
   is HOT on ``warm_replicas`` workers before traffic reaches it, and, when a
-  ``golden_set`` is configured, exercised with those shadow requests;
+  ``golden_set`` is configured, exercised with those shadow requests; with a prewarm
+  schedule (``canary.prewarm``) its verified bytes are WARM on every target worker
+  before the analysis sets its first share (:mod:`.prewarm`);
 * ``rollback``: the version a rollback would return to stays WARM next to the
   stable version, and after a rollback it is made HOT on as many workers as the
   version it replaces was;
@@ -82,11 +84,27 @@ def _prompts(entries: list[GoldenEntry]) -> list[GoldenPrompt]:
     return [e if isinstance(e, GoldenPrompt) else GoldenPrompt(prompt=e) for e in entries]
 
 
+class CanaryPrewarm(_Strict):
+    """A canary's prewarm schedule: staged at 0 %, its verified bytes reach the WARM tier of
+    the workers that will serve it, and only then does the analysis set its first share."""
+
+    start_percent: int = Field(default=0, ge=0, le=100)
+    """Share the analysis sets once every target worker reports the canary WARM (or HOT);
+    0 = no schedule (a person sets the share, nothing is prefetched for it)."""
+    workers: int = Field(default=0, ge=0)
+    """Target workers: the first ``workers`` of the commandable workers serving its base
+    model, those holding the stable version first, then by id (0 = every one)."""
+
+
 class CanaryRules(_Strict):
     """Canary warm-up before traffic."""
 
     warm_replicas: int = Field(default=1, ge=0)
     """HOT replicas a canary version gets as soon as its pointer is set (0 = leave to policy)."""
+    prewarm: CanaryPrewarm = Field(default_factory=CanaryPrewarm)
+    """The prewarm schedule of every staged canary (:mod:`.prewarm`)."""
+    prewarm_overrides: dict[str, CanaryPrewarm] = Field(default_factory=dict)
+    """Per ``tenant`` or ``tenant/adapter``: its own schedule (the most specific key wins)."""
     golden_set: list[GoldenEntry] = Field(default_factory=list)
     """Prompts sent as shadow requests (class CANARY) to each worker where a canary
     became HOT; empty = no shadow requests. An entry is a prompt (the request must
@@ -115,6 +133,11 @@ class CanaryRules(_Strict):
             tenant, _, adapter = key.partition("/")
             if not tenant or not adapter or "/" in adapter:
                 problems.append(f"golden_sets: key {key!r} is not 'tenant/adapter'")
+        for key in self.prewarm_overrides:
+            tenant, _, adapter = key.partition("/")
+            if not tenant or "/" in adapter:
+                problems.append(f"prewarm_overrides: key {key!r} is not 'tenant' or "
+                                "'tenant/adapter'")
         for key, patch in self.analysis_overrides.items():
             tenant, _, adapter = key.partition("/")
             if not tenant or "/" in adapter:
@@ -129,6 +152,14 @@ class CanaryRules(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def prewarm_for(self, tenant: str, adapter: str) -> CanaryPrewarm:
+        """The prewarm schedule of one adapter's canaries."""
+        for key in (f"{tenant}/{adapter}", tenant):
+            own = self.prewarm_overrides.get(key)
+            if own is not None:
+                return own
+        return self.prewarm
 
     def golden_for(self, tenant: str, adapter: str) -> list[GoldenPrompt]:
         """The golden set of one adapter's canaries (its own, else the deployment's)."""

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import asyncpg
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from loraplane.cache_manager import canary_runner, store
+from loraplane.cache_manager import canary_runner, prewarm, store
 from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.election import LeaderLock
@@ -53,6 +53,7 @@ from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.cache_manager.shadow import GrpcShadowRunner, ShadowRunner
 from loraplane.cache_manager.sharding import EVERY, shard_group, shard_lock_key
+from loraplane.cache_manager.state import State
 from loraplane.cache_manager.tracker import Resolution
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.factory import make_policy
@@ -505,8 +506,16 @@ class CacheManagerService:
                 return False
             return vid in self._golden_running or not runner.window.golden_seen(vid)
 
+        def prewarm_status(state: State, vid: str) -> prewarm.PrewarmStatus | None:
+            rec = state.versions.get(vid)
+            if rec is None:
+                return None
+            return prewarm.status(state, rec,
+                                  canary.prewarm_for(rec.ref.tenant_id, rec.ref.adapter_name))
+
         runner.on_abort = aborted
         runner.golden_pending = golden_pending
+        runner.prewarm = prewarm_status
         runner.on_withdraw = withdrawn
         runner.on_step = lambda d: self.metrics.canary_steps.labels(
             d.action.value, d.reason.value).inc()
