@@ -31,7 +31,11 @@ readings):
    4 flood sequences, not 2). The cap holds a request back at most
    ``background_cap_max_hold_s`` (10 s) from its arrival, so it never takes one to its
    wait limit; the caller re-dispatches when the window closes or a waiter reaches that
-   bound (:meth:`FlowQueue.cap_changes_at`). The first band in turn order that fits is served: a flood
+   bound (:meth:`FlowQueue.cap_changes_at`). One level up the same: while platinum
+   interactive requests run on the worker (and for the same hold window after), every
+   other band together is admitted only up to ``others_slots_with_platinum`` (2) in
+   flight, at most ``platinum_cap_max_hold_s`` (5 s) per request (:class:`BesideCap`).
+   The first band in turn order that fits is served: a flood
    at its cap never delays the bands above it, and a band whose turn has come but does
    not fit waits for a room that every band after it in its group needs too, so it gets
    the next slot that room frees (nothing starves).
@@ -119,6 +123,21 @@ class FlowConfig(BaseModel):
     64-token request took 40-120 s at load 30 on the 2-core box) that wait would reach
     its class's ``max_wait_s`` (30 s) and be refused. 10 s leaves 20 s of that budget for
     the room itself."""
+    others_slots_with_platinum: int = Field(default=2, ge=0)
+    """Most requests of every other band together (non-platinum interactive, canary,
+    background) admitted to a worker while platinum interactive requests run on it, and
+    for ``interactive_hold_s`` after the last one ended (0 = no such cap). The same reason
+    as ``background_slots_with_interactive`` one level up: every sequence in the batch
+    slows each step of the others, so with a gold interactive flood at its room (6 of 8)
+    and background at its cap (2), a platinum stream shared the batch with 6 other
+    sequences and its p99 rose 3.4 x (isolation bench, 22:57 UTC); the reserves keep a
+    platinum request from waiting for a slot, not from sharing the batch. On a GPU a
+    batch of 8 costs about what a batch of 2 does: raise it there."""
+    platinum_cap_max_hold_s: float = Field(default=5.0, ge=0)
+    """Longest the ``others_slots_with_platinum`` cap holds a request back, counted from
+    its arrival (0 = no bound); older, only its room decides. Half of the interactive
+    class's 10 s wait limit, so a gold interactive request behind a continuous platinum
+    stream is admitted before it is refused."""
     age_step_s: float = Field(default=DEFAULT_AGE_STEP_S, gt=0)
     """Head start of one band over the next, in seconds waited (bounds overtaking)."""
     quantum_tokens: int = Field(default=64, ge=1)
@@ -183,6 +202,30 @@ def room_group(band_: int) -> int:
 def class_name(request_class: int) -> str:
     """Class name of a request class value (unspecified = interactive)."""
     return CLASS_OF_RANK[band(request_class, common_pb2.PRIORITY_PLATINUM) // PRIORITIES_PER_CLASS]
+
+
+@dataclass(frozen=True)
+class BesideCap:
+    """A cap on how many requests of worse bands run on a worker beside a guarded group:
+    while requests of bands ``[0, guarded)`` run, and for ``interactive_hold_s`` after the
+    last of them ended, the requests of bands ``[guarded, BANDS)`` together are admitted
+    only up to ``limit`` in flight (0 = no cap); a request held back ``max_hold_s`` from
+    its arrival (0 = no bound) is then judged by its room alone."""
+
+    guarded: int
+    limit: int
+    max_hold_s: float
+
+
+def beside_caps(config: FlowConfig) -> tuple[BesideCap, BesideCap]:
+    """The two caps of ``config``: canary / background beside interactive, then every other
+    band beside platinum interactive (the ``ended_at`` pairs of :class:`FlowQueue` follow
+    this order)."""
+    return (
+        BesideCap(PRIORITIES_PER_CLASS, config.background_slots_with_interactive,
+                  config.background_cap_max_hold_s),
+        BesideCap(1, config.others_slots_with_platinum, config.platinum_cap_max_hold_s),
+    )
 
 
 @dataclass(eq=False)
@@ -267,6 +310,7 @@ class FlowQueue(Generic[T]):
     def __init__(self, config: FlowConfig) -> None:
         """An empty queue under ``config``."""
         self.config = config
+        self._caps = beside_caps(config)
         self._bands: list[_Band[T]] = [_Band() for _ in range(BANDS)]
         self._seq = itertools.count()
         self._len = 0
@@ -314,6 +358,26 @@ class FlowQueue(Generic[T]):
         turns = self._turns()
         return turns[0] if turns else None
 
+    def _held(self, cap: BesideCap, running: Sequence[int], now: float,
+              ended_at: float | None) -> bool:
+        """Whether ``cap`` is in force at ``now``: its guarded bands run (``running``), or
+        the last of them ended at ``ended_at``, less than ``interactive_hold_s`` before."""
+        if not cap.limit:
+            return False
+        if sum(running[:cap.guarded]):
+            return True
+        # the same sum as _hold_ends, so held <=> now < the time it says the window closes
+        return ended_at is not None and now < ended_at + self.config.interactive_hold_s
+
+    def _hold_ends(self, cap: BesideCap, running: Sequence[int],
+                   ended_at: float | None) -> float | None:
+        """When the hold window alone keeps ``cap`` in force, the time it closes; None
+        while its guarded bands run, or without a window."""
+        if (not cap.limit or not self.config.interactive_hold_s or ended_at is None
+                or any(running[:cap.guarded])):
+            return None
+        return ended_at + self.config.interactive_hold_s
+
     def background_held(
         self, running: Sequence[int], *, now: float = 0.0,
         interactive_ended_at: float | None = None,
@@ -321,88 +385,82 @@ class FlowQueue(Generic[T]):
         """Whether the ``background_slots_with_interactive`` cap is in force at ``now``:
         interactive requests run (``running``), or the last one on the worker ended at
         ``interactive_ended_at``, less than ``interactive_hold_s`` before ``now``."""
-        if not self.config.background_slots_with_interactive:
-            return False
-        if sum(running[:PRIORITIES_PER_CLASS]):
-            return True
-        # the same sum as hold_ends_at, so held <=> now < the time it says the window closes
-        return (interactive_ended_at is not None
-                and now < interactive_ended_at + self.config.interactive_hold_s)
+        return self._held(self._caps[0], running, now, interactive_ended_at)
 
     def hold_ends_at(
         self, running: Sequence[int], interactive_ended_at: float | None,
     ) -> float | None:
-        """When the hold window alone keeps the cap in force, the time it closes (the
-        caller admits again then); None while interactive requests run, or without a
+        """When the hold window alone keeps the background cap in force, the time it closes
+        (the caller admits again then); None while interactive requests run, or without a
         window."""
-        if (not self.config.background_slots_with_interactive
-                or not self.config.interactive_hold_s or interactive_ended_at is None
-                or any(running[:PRIORITIES_PER_CLASS])):
-            return None
-        return interactive_ended_at + self.config.interactive_hold_s
+        return self._hold_ends(self._caps[0], running, interactive_ended_at)
 
     def cap_changes_at(
         self, running: Sequence[int], *, now: float, interactive_ended_at: float | None,
+        platinum_ended_at: float | None = None,
     ) -> float | None:
-        """The next time after ``now`` at which the background cap stops holding a waiter
-        back without anything else changing: its hold window closes, or the next canary /
-        background waiter of a band reaches ``background_cap_max_hold_s`` (the caller
-        admits again then); None when no such time is due."""
-        if not self.background_held(running, now=now,
-                                    interactive_ended_at=interactive_ended_at):
-            return None
+        """The next time after ``now`` at which a cap beside a guarded group (background
+        beside interactive, the others beside platinum) stops holding a waiter back
+        without anything else changing: its hold window closes, or the next waiter of a
+        band it holds reaches the cap's ``max_hold_s`` (the caller admits again then);
+        None when no such time is due."""
         due = []
-        ends = self.hold_ends_at(running, interactive_ended_at)
-        if ends is not None:
-            due.append(ends)
-        if self.config.background_cap_max_hold_s:
-            for i in range(ROOM_GROUP_START[2], BANDS):
-                b = self._bands[i]
-                if b.queues:
-                    due.append(b.peek(self.config.quantum_tokens).enqueued_at
-                               + self.config.background_cap_max_hold_s)
+        for cap, ended in zip(self._caps, (interactive_ended_at, platinum_ended_at),
+                              strict=True):
+            if not self._held(cap, running, now, ended):
+                continue
+            ends = self._hold_ends(cap, running, ended)
+            if ends is not None:
+                due.append(ends)
+            if cap.max_hold_s:
+                for i in range(cap.guarded, BANDS):
+                    b = self._bands[i]
+                    if b.queues:
+                        due.append(b.peek(self.config.quantum_tokens).enqueued_at
+                                   + cap.max_hold_s)
         later = [t for t in due if t > now]
         return min(later) if later else None
 
     def fits(
         self, band_: int, running: Sequence[int], *, now: float = 0.0,
         interactive_ended_at: float | None = None, waited_s: float = 0.0,
+        platinum_ended_at: float | None = None,
     ) -> bool:
         """Whether a request of ``band_`` may start at ``now`` with ``running[b]`` requests
-        of each band ``b`` in flight, the last interactive request on the worker having
-        ended at ``interactive_ended_at`` (None: none since it had none running): for its
-        room group and every better one, the requests of that group and worse groups are
-        fewer than the group's cap (so the platinum group's cap is the worker's limit, and
-        every reserve stays free of worse groups); canary / background besides within
-        ``background_slots_with_interactive`` while :meth:`background_held`, unless the
-        request has waited ``waited_s`` >= ``background_cap_max_hold_s``."""
+        of each band ``b`` in flight, the last interactive (platinum interactive) request on
+        the worker having ended at ``interactive_ended_at`` (``platinum_ended_at``; None:
+        none since it had none running): for its room group and every better one, the
+        requests of that group and worse groups are fewer than the group's cap (so the
+        platinum group's cap is the worker's limit, and every reserve stays free of worse
+        groups); and for each cap beside a guarded group that holds its band, the held
+        bands' requests are fewer than the cap's limit while it is in force, unless the
+        request has waited ``waited_s`` >= the cap's ``max_hold_s``."""
         if not self.config.max_in_flight_per_worker:
             return True
-        if (room_group(band_) == 2
-                and sum(running[PRIORITIES_PER_CLASS:])
-                >= self.config.background_slots_with_interactive
-                and not (self.config.background_cap_max_hold_s
-                         and waited_s >= self.config.background_cap_max_hold_s)
-                and self.background_held(running, now=now,
-                                         interactive_ended_at=interactive_ended_at)):
-            return False
+        for cap, ended in zip(self._caps, (interactive_ended_at, platinum_ended_at),
+                              strict=True):
+            if (band_ >= cap.guarded and cap.limit
+                    and sum(running[cap.guarded:]) >= cap.limit
+                    and not (cap.max_hold_s and waited_s >= cap.max_hold_s)
+                    and self._held(cap, running, now, ended)):
+                return False
         return all(sum(running[ROOM_GROUP_START[h]:]) < self.config.cap(ROOM_GROUP_START[h])
                    for h in range(room_group(band_) + 1))
 
     def pop_next(
         self, running: Sequence[int], *, now: float = 0.0,
-        interactive_ended_at: float | None = None,
+        interactive_ended_at: float | None = None, platinum_ended_at: float | None = None,
     ) -> Waiter[T] | None:
         """The waiter to admit at ``now`` (taken out of the queue): the first band in turn
         order that :meth:`fits`; None when none does.
 
-        No starvation: a band whose turn it is but does not fit is kept out by a room it
-        shares with every band after it in the same or a worse group, so none of those
-        fits either; the next request to end frees that room and it is served first."""
+        No starvation: a band whose turn it is but does not fit is kept out by a room or a
+        cap it shares with every band after it in the same or a worse group, so none of
+        those fits either; the next request to end frees it and it is served first."""
         for b in self._turns():
             nxt = self._bands[b].peek(self.config.quantum_tokens)
             if self.fits(b, running, now=now, interactive_ended_at=interactive_ended_at,
-                         waited_s=now - nxt.enqueued_at):
+                         waited_s=now - nxt.enqueued_at, platinum_ended_at=platinum_ended_at):
                 self._len -= 1
                 return self._bands[b].pop(self.config.quantum_tokens)
         return None
@@ -454,6 +512,8 @@ class _WorkerFlow:
     running: list[int] = field(default_factory=lambda: [0] * BANDS)
     interactive_ended_at: float | None = None
     """When the last interactive request on the worker ended (its hold window)."""
+    platinum_ended_at: float | None = None
+    """When the last platinum interactive request on the worker ended (its hold window)."""
     hold_timer: asyncio.TimerHandle | None = None
     """The dispatch due when the background cap's hold changes (window closes, a waiter
     reaches ``background_cap_max_hold_s``)."""
@@ -574,12 +634,15 @@ class FlowController:
         wf.running[band_] = max(0, wf.running[band_] - 1)
         if band_ < PRIORITIES_PER_CLASS and not sum(wf.running[:PRIORITIES_PER_CLASS]):
             wf.interactive_ended_at = self._now()
+        if band_ == 0 and not wf.running[0]:
+            wf.platinum_ended_at = self._now()
 
     def _dispatch(self, wf: _WorkerFlow) -> None:
         while True:
             now = self._now()
             w = wf.queue.pop_next(wf.running, now=now,
-                                  interactive_ended_at=wf.interactive_ended_at)
+                                  interactive_ended_at=wf.interactive_ended_at,
+                                  platinum_ended_at=wf.platinum_ended_at)
             if w is None:
                 break
             wf.running[w.band] += 1
@@ -590,7 +653,8 @@ class FlowController:
             wf.hold_timer.cancel()
             wf.hold_timer = None
         ends = wf.queue.cap_changes_at(wf.running, now=now,
-                                       interactive_ended_at=wf.interactive_ended_at)
+                                       interactive_ended_at=wf.interactive_ended_at,
+                                       platinum_ended_at=wf.platinum_ended_at)
         if ends is not None and len(wf.queue):
             try:
                 loop = asyncio.get_running_loop()

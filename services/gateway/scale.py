@@ -12,17 +12,18 @@ stay those of the whole host, as with one process):
 
 * the three room caps — ``max_in_flight_per_worker`` (everything), ``... - platinum_reserve``
   (all but the platinum reserve) and ``... - platinum_reserve - interactive_reserve``
-  (canary and background) — and ``background_slots_with_interactive`` are each divided by N,
+  (canary and background) — and the caps beside a guarded group
+  (``background_slots_with_interactive``, ``others_slots_with_platinum``) are each divided by N,
   process ``i`` taking ``cap // N`` plus one of the ``cap % N`` left over when ``i < cap %
   N``: the shares add up to the configured cap exactly, and a process's caps keep their
   order (so its reserves are never negative);
 * the reserves of a process are the differences of its caps.
 
 A share of 0 is refused at start (``ValueError`` naming the cap): a process without
-background room, or whose ``background_slots_with_interactive`` became 0 ("no cap"), would
-break the guarantee. With the defaults (8 in flight, reserves 2 + 2, 2 background slots
-beside interactive) two processes get 4 in flight, reserves 1 + 1 and 1 background slot
-each. The price of a static split: a worker's slots are used fully only when the
+background room, or whose cap beside a guarded group became 0 ("no cap"), would break the
+guarantee. With the defaults (8 in flight, reserves 2 + 2, 2 background slots beside
+interactive, 2 slots for the others beside platinum) two processes get 4 in flight,
+reserves 1 + 1, 1 background slot and 1 other slot beside platinum each. The price of a static split: a worker's slots are used fully only when the
 processes' load is even (a process with all the traffic of the moment gets 1/N of a
 worker's slots; the others' stay free). ``max_in_flight_per_worker = 0`` (no limit) stays
 0. Tenant quotas (:mod:`.quotas`) are not split: they count per process.
@@ -31,6 +32,10 @@ worker's slots; the others' stay free). ``max_in_flight_per_worker = 0`` (no lim
 from __future__ import annotations
 
 from loraplane.gateway.flow import FlowConfig
+
+BESIDE_CAPS = ("background_slots_with_interactive", "others_slots_with_platinum")
+"""The caps of :class:`FlowConfig` on the requests beside a guarded group (split like the
+rooms)."""
 
 
 def share(total: int, processes: int, index: int) -> int:
@@ -46,16 +51,16 @@ def split_flow(config: FlowConfig, processes: int, index: int) -> FlowConfig:
     if processes == 1:
         return config
     limit = config.max_in_flight_per_worker
-    bg_with_interactive = config.background_slots_with_interactive
+    beside = {name: getattr(config, name) for name in BESIDE_CAPS}
     caps = {
         "max_in_flight_per_worker": limit,
         "max_in_flight_per_worker - platinum_reserve": limit - config.platinum_reserve,
         "max_in_flight_per_worker - platinum_reserve - interactive_reserve":
             limit - config.platinum_reserve - config.interactive_reserve,
-        "background_slots_with_interactive": bg_with_interactive,
+        **beside,
     }
-    if not limit:  # no admission limit: nothing to split but the background cap
-        caps = {"background_slots_with_interactive": bg_with_interactive}
+    if not limit:  # no admission limit: nothing to split but the caps beside a group
+        caps = dict(beside)
     mine = {name: share(total, processes, index) for name, total in caps.items()}
     zero = [f"{name} ({caps[name]})" for name, got in mine.items()
             if caps[name] and not got]
@@ -65,8 +70,7 @@ def split_flow(config: FlowConfig, processes: int, index: int) -> FlowConfig:
             f"{', '.join(zero)} leaves process {index} none; raise them to at least "
             f"{processes} or run fewer processes")
     if not limit:
-        return config.model_copy(update={"background_slots_with_interactive":
-                                         mine["background_slots_with_interactive"]})
+        return config.model_copy(update={name: mine[name] for name in BESIDE_CAPS})
     all_ = mine["max_in_flight_per_worker"]
     no_platinum = mine["max_in_flight_per_worker - platinum_reserve"]
     background = mine["max_in_flight_per_worker - platinum_reserve - interactive_reserve"]
@@ -76,5 +80,5 @@ def split_flow(config: FlowConfig, processes: int, index: int) -> FlowConfig:
         "max_in_flight_per_worker": all_,
         "platinum_reserve": all_ - no_platinum,
         "interactive_reserve": no_platinum - background,
-        "background_slots_with_interactive": mine["background_slots_with_interactive"],
+        **{name: mine[name] for name in BESIDE_CAPS},
     })

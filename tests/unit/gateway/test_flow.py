@@ -308,6 +308,66 @@ def test_background_cap_holds_a_request_back_at_most_its_bound() -> None:
     assert nob.cap_changes_at(busy, now=1000.0, interactive_ended_at=None) is None
 
 
+def test_others_capped_beside_platinum_through_its_hold_window_and_bound() -> None:
+    """While platinum interactive requests run, and for ``interactive_hold_s`` after the
+    last one ended, every other band together runs at most ``others_slots_with_platinum``
+    requests (better bands first); a waiter held ``platinum_cap_max_hold_s`` is judged by
+    its room alone; 0 turns the cap off."""
+    cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2,
+                     background_slots_with_interactive=2, interactive_hold_s=0.5,
+                     others_slots_with_platinum=2, platinum_cap_max_hold_s=5.0)
+    q: FlowQueue[str] = FlowQueue(cfg)
+    running = _idle()
+    plat = band(INTERACTIVE, PLATINUM)
+    running[plat] = 1
+    for i in range(6):
+        q.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8,
+               now=10.0 + i * 0.001, payload=f"gold{i}")
+        q.push(tenant="globex", request_class=BACKGROUND, priority=SILVER, cost=64,
+               now=10.0 + i * 0.001, payload=f"bg{i}")
+
+    def admit(now: float, ended: float | None = None) -> list[str]:
+        got = []
+        while (w := q.pop_next(running, now=now, platinum_ended_at=ended)) is not None:
+            running[w.band] += 1
+            got.append(w.payload)
+        return got
+
+    assert admit(10.0) == ["gold0", "gold1"]  # two others beside platinum, the better first
+    q.push(tenant="p", request_class=INTERACTIVE, priority=PLATINUM, cost=8, now=10.1,
+           payload="plat2")
+    assert admit(10.1) == ["plat2"]  # platinum itself is never held by it
+    running[plat] = 0  # both platinum requests ended at 11.0: the window opens
+    assert q.cap_changes_at(running, now=11.0, interactive_ended_at=None,
+                            platinum_ended_at=11.0) == 11.5
+    assert admit(11.0, 11.0) == [] and admit(11.499, 11.0) == []  # held through it
+    got = admit(11.5, 11.0)  # closed: gold takes its room, background its cap beside it
+    assert got == ["gold2", "gold3", "gold4", "gold5"], got
+    assert sum(running) == 6
+    # the bound: a waiter held back 5 s from its arrival is admitted within its room
+    for b in range(BANDS):
+        running[b] = 0
+    running[plat] = 1
+    running[band(INTERACTIVE, GOLD)] = 2
+    q2: FlowQueue[str] = FlowQueue(cfg)
+    q2.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8, now=20.0,
+            payload="late")
+    assert q2.pop_next(running, now=24.9) is None
+    assert q2.cap_changes_at(running, now=24.9, interactive_ended_at=None) == 25.0
+    w = q2.pop_next(running, now=25.0)
+    assert w is not None and w.payload == "late"
+    # off: only the rooms decide
+    off: FlowQueue[str] = FlowQueue(cfg.model_copy(update={"others_slots_with_platinum": 0}))
+    busy = _idle()
+    busy[plat] = 1
+    for i in range(8):
+        off.push(tenant="acme", request_class=INTERACTIVE, priority=GOLD, cost=8,
+                 now=i * 0.001, payload=f"g{i}")
+    assert len(_admit_all(off, busy)) == 6  # limit - platinum_reserve
+    assert off.cap_changes_at(busy, now=1.0, interactive_ended_at=None,
+                              platinum_ended_at=None) is None
+
+
 def test_headroom_keeps_slots_for_interactive_and_platinum() -> None:
     cfg = FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2, interactive_reserve=2)
     q: FlowQueue[str] = FlowQueue(cfg)
@@ -514,6 +574,32 @@ async def test_controller_cancelled_waiter_leaves_no_slot_taken() -> None:
     held.release()
     held.release()  # idempotent
     assert flow.in_flight("w0") == 0 and flow.waiting("w0") == 0
+
+
+async def test_controller_holds_others_beside_platinum_until_its_window_closes() -> None:
+    """The controller opens the platinum window when its last platinum permit is released
+    and admits the held gold requests by itself when it closes."""
+    clock = _Clock()
+    flow = FlowController(FlowConfig(max_in_flight_per_worker=8, platinum_reserve=2,
+                                     interactive_reserve=2, others_slots_with_platinum=2,
+                                     interactive_hold_s=0.05), monotonic=clock)
+    plat = await flow.admit("w0", tenant="p", request_class=INTERACTIVE, priority=PLATINUM,
+                            cost=8)
+    held = [await flow.admit("w0", tenant="acme", request_class=INTERACTIVE, priority=GOLD,
+                             cost=8) for _ in range(2)]
+    waiting = [asyncio.create_task(flow.admit("w0", tenant="acme", request_class=INTERACTIVE,
+                                              priority=GOLD, cost=8)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert flow.waiting("w0") == 2  # at the cap beside the platinum request
+    plat.release()  # at 100.0: the window opens
+    await asyncio.sleep(0.01)
+    assert flow.waiting("w0") == 2 and flow.in_flight("w0") == 2  # held within the window
+    clock.t = 100.05
+    permits = await asyncio.wait_for(asyncio.gather(*waiting), 5.0)  # admitted by the timer
+    assert flow.in_flight("w0") == 4 and all(p.admitted_at == 100.05 for p in permits)
+    for p in held + permits:
+        p.release()
+    assert flow.in_flight("w0") == 0
 
 
 async def test_controller_holds_background_cap_until_the_window_closes() -> None:

@@ -73,7 +73,8 @@ ORDERS = [
 def test_n_processes_never_admit_more_than_one(limit: int, platinum: int, interactive: int,
                                                bg: int) -> None:
     one = FlowConfig(max_in_flight_per_worker=limit, platinum_reserve=platinum,
-                     interactive_reserve=interactive, background_slots_with_interactive=bg)
+                     interactive_reserve=interactive, background_slots_with_interactive=bg,
+                     others_slots_with_platinum=bg)
     for n in (2, 3):
         if limit - platinum - interactive < n or 0 < bg < n:
             with pytest.raises(ValueError, match="cannot be split"):
@@ -93,6 +94,16 @@ def test_n_processes_never_admit_more_than_one(limit: int, platinum: int, intera
         assert bg_together <= bg_alone
         if bg:
             assert bg_together == bg
+        # and beside a platinum request, every other band together within
+        # others_slots_with_platinum
+        running = [0] * BANDS
+        running[PLATINUM_INTERACTIVE] = 1
+        plan = [GOLD_INTERACTIVE, BRONZE_BACKGROUND]
+        others_alone = sum(admitted(one, plan, running)[b] for b in plan)
+        others_together = sum(total(one, n, plan, running)[b] for b in plan)
+        assert others_together <= others_alone
+        if bg:
+            assert others_together == bg
 
 
 def test_no_limit_stays_no_limit() -> None:
