@@ -405,9 +405,14 @@ class Planner:
             and not (s.kind.frees and (s.worker_id, s.version_id) in protected_keys)
         ]
         candidates = sorted([*specs, *rule_specs], key=CommandSpec.sort_key)
+        # a version blocked from loading failed its golden set or was aborted / withdrawn
+        # by the canary analysis: it loses the protection of an active canary, so its last
+        # HOT replica can go at a share above 0 % too
+        failing = {vid for _, vid in no_load}
         self._keep_serving = frozenset(
             s.version_id for s in candidates
-            if s.kind in _REMOVES_HOT and self._protected(snapshot, s.version_id))
+            if s.kind in _REMOVES_HOT and s.version_id not in failing
+            and self._protected(snapshot, s.version_id))
         accepted, dropped = self._guard(state, tracker, candidates, now, notes)
         heat = {s.version_id: self.heat_of(snapshot, s.version_id, now) for s in accepted}
         accepted = [

@@ -181,3 +181,26 @@ def test_a_new_leader_ranks_by_the_stored_score_until_the_experts_have_seen_enou
     assert _demoted(new, now) == ["acme/a@v1"]
     assert new.state.ranking is not None and not new.state.ranking.ready
     assert new.planner.plan(new.state, new.tracker, now).snapshot.ranks is None
+
+
+def test_a_canary_that_failed_its_golden_set_loses_its_protection_at_a_share_above_0() -> None:
+    """The shadow check's demotion of a failing canary's last HOT replica goes through while
+    its share is still above 0 % (before the analysis' abort reaches the pointers)."""
+    core = heat_core()
+    canary = ev.ref("canary")
+    core.apply(ev.admitted(canary, 1, T0), T0)
+    core.apply(ev.canary(canary, 50, T0), T0)
+    core.apply(ev.snapshot(ev.WorkerSpec("w1", slots=4, held=[ev.Held(canary)]), 1, T0), T0)
+    assert core.state.is_canary(core.state.versions[canary.version_id])
+    core.shadow_failed("w1", canary.version_id, T0 + 1, "answer diverges")
+    res = core.round(T0 + 1)
+    demoted = [i.pending.spec for i in res.issued if i.pending.spec.kind is CommandKind.DEMOTE]
+    assert [(s.worker_id, s.version_id, s.reason) for s in demoted] == [
+        ("w1", canary.version_id, "golden_set_failed")]
+    assert not any("last confirmed HOT replica" in n for n in res.round.notes), res.round.notes
+    # and it is not loaded back there by the canary rules while it is blocked
+    for issued in res.issued:
+        core.apply(ev.answer(build_command(issued, "test"), T0 + 1), T0 + 1)
+    later = [i.pending.spec for r in settle(core, T0 + 2) for i in r.issued]
+    assert not [s for s in later if s.kind in (CommandKind.LOAD_HOT, CommandKind.LOAD_WARM)
+                and s.worker_id == "w1" and s.version_id == canary.version_id], later
