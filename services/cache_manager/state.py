@@ -25,8 +25,9 @@ replaced). A worker is *synced* once a full snapshot arrived since it was
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -261,42 +262,19 @@ class State:
         return False
 
     def apply(self, msg: Message, now: float) -> Applied:
-        """Apply one consumed event (idempotent on its ``meta.event_id``)."""
+        """Apply one consumed event: its type's handler (:data:`_ROUTES`), once per event id
+        (idempotent on ``meta.event_id``); an event of another type is ignored."""
         out = Applied()
-        if self._foreign(msg):
+        route = _ROUTES.get(type(msg))
+        if route is None or self._foreign(msg):
             return out
-        if isinstance(msg, events_pb2.HeatBatch):
-            if not self._first_time(msg.meta.event_id):
-                out.duplicate = True
-                return out
-            self._heat(msg, now, out)
-        elif isinstance(msg, events_pb2.WorkerReport):
-            if not self._first_time(msg.meta.event_id):
-                out.duplicate = True
-                return out
-            self._report(msg, now, out)
-        elif isinstance(msg, events_pb2.AdmissionEvent):
-            arm = msg.WhichOneof("verdict")
-            inner = msg.admitted if arm == "admitted" else msg.rejected
-            if not self._first_time(inner.meta.event_id):
-                out.duplicate = True
-                return out
-            self._admission(msg, out)
-        elif isinstance(msg, events_pb2.LifecycleEvent):
-            arm = msg.WhichOneof("event")
-            if arm is None:
-                return out
-            if not self._first_time(getattr(msg, arm).meta.event_id):
-                out.duplicate = True
-                return out
-            self._lifecycle(msg, now, out)
-        elif isinstance(msg, events_pb2.PrewarmRequested):
-            if not self._first_time(msg.meta.event_id):
-                out.duplicate = True
-                return out
-            self._prewarm(msg, now, out)
-        else:
+        event_id = route.event_id(msg)
+        if event_id is None:
             return out
+        if not self._first_time(event_id):
+            out.duplicate = True
+            return out
+        route.handle(self, msg, now, out)
         self.events_applied += 1
         return out
 
@@ -732,3 +710,38 @@ class State:
         """Forget prewarm / rollback requirements past their deadline."""
         for vid in [v for v, b in self.boosts.items() if b.until <= now]:
             del self.boosts[vid]
+
+
+@dataclass(frozen=True)
+class _Route:
+    """How :meth:`State.apply` applies one event type."""
+
+    event_id: Callable[[Any], str | None]
+    """The id the event is applied once on (None: nothing in it to apply)."""
+    handle: Callable[[State, Any, float, Applied], None]
+    """The state change: ``(state, event, now, out)``."""
+
+
+def _meta_id(ev: Any) -> str | None:
+    return str(ev.meta.event_id)
+
+
+def _admission_id(ev: events_pb2.AdmissionEvent) -> str | None:
+    inner = ev.admitted if ev.WhichOneof("verdict") == "admitted" else ev.rejected
+    return inner.meta.event_id
+
+
+def _lifecycle_id(ev: events_pb2.LifecycleEvent) -> str | None:
+    arm = ev.WhichOneof("event")
+    return None if arm is None else str(getattr(ev, arm).meta.event_id)
+
+
+_ROUTES: dict[type[Message], _Route] = {
+    events_pb2.HeatBatch: _Route(_meta_id, State._heat),
+    events_pb2.WorkerReport: _Route(_meta_id, State._report),
+    events_pb2.AdmissionEvent: _Route(
+        _admission_id, lambda state, ev, _now, out: state._admission(ev, out)),
+    events_pb2.LifecycleEvent: _Route(_lifecycle_id, State._lifecycle),
+    events_pb2.PrewarmRequested: _Route(_meta_id, State._prewarm),
+}
+"""Every event type the cache manager's state follows, with its handler."""
