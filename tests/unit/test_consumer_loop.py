@@ -5,7 +5,7 @@ stack/test_events_over_tansu.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,33 @@ class Rig:
         self.made.append(c)
         return c
 
+    def first_with(self, **methods: Callable[[], Awaitable[None]]) -> Callable[[], FakeConsumer]:
+        """A factory whose first consumer has ``methods`` (``start``, ``stop``) replaced: a
+        client misbehaving in a broker outage; the consumers made after it are plain."""
+
+        def factory() -> FakeConsumer:
+            c = self.factory()
+            if len(self.made) == 1:
+                for name, method in methods.items():
+                    setattr(c, name, method)
+            return c
+
+        return factory
+
+
+def failing_once(value: str, seen: list[str], error: Exception) -> Callable[[Rec], Awaitable[None]]:
+    """A handler that raises ``error`` for the record ``value`` the first time only and
+    appends every record it handles to ``seen``."""
+    fail = {value}
+
+    async def handle(rec: Rec) -> None:
+        if rec.value in fail:
+            fail.discard(rec.value)
+            raise error
+        seen.append(rec.value)
+
+    return handle
+
 
 async def _until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
@@ -98,14 +125,7 @@ async def test_a_failed_record_is_not_committed_and_is_read_again_after_a_backof
     rig = Rig(_log(3))
     seen: list[str] = []
     errors: list[BaseException] = []
-    fail_once = {"0:1"}
-
-    async def handle(rec: Rec) -> None:
-        if rec.value in fail_once:
-            fail_once.discard(rec.value)
-            raise ConnectionError("database down")
-        seen.append(rec.value)
-
+    handle = failing_once("0:1", seen, ConnectionError("database down"))
     loop = ConsumerLoop("t", factory=rig.factory, on_record=handle, on_error=errors.append,
                         backoff=lambda attempt: 0.01 * (attempt + 1), poll_timeout_ms=5)
     task = asyncio.create_task(loop.run())
@@ -371,20 +391,16 @@ async def test_a_start_that_hangs_is_an_outage_and_the_consumer_is_recreated() -
     errors: list[BaseException] = []
     seen: list[str] = []
 
-    def factory() -> FakeConsumer:
-        c = rig.factory()
-        if len(rig.made) == 1:  # the first start never returns (a half-restarted broker)
-            async def never() -> None:
-                hung.set()
-                await asyncio.Event().wait()
-            c.start = never  # type: ignore[method-assign]
-        return c
+    async def never() -> None:  # the first start never returns (a half-restarted broker)
+        hung.set()
+        await asyncio.Event().wait()
 
     async def on_record(record: Rec) -> None:
         seen.append(record.value)
 
-    loop = ConsumerLoop("t", factory=factory, on_record=on_record, poll_timeout_ms=5,
-                        backoff=lambda _a: 0.0, start_timeout_s=0.1, on_error=errors.append)
+    loop = ConsumerLoop("t", factory=rig.first_with(start=never), on_record=on_record,
+                        poll_timeout_ms=5, backoff=lambda _a: 0.0, start_timeout_s=0.1,
+                        on_error=errors.append)
     task = asyncio.create_task(loop.run())
     await _until(lambda: seen == ["0:0", "0:1"])
     loop.stop()
@@ -400,28 +416,17 @@ async def test_a_consumer_stop_that_never_finishes_does_not_hold_the_restart() -
     rig = Rig(_log(2))
     release = asyncio.Event()
     seen: list[str] = []
-    fail_once = {"0:0"}
 
-    def factory() -> FakeConsumer:
-        c = rig.factory()
-        if len(rig.made) == 1:
-            async def stuck_stop() -> None:
-                while not release.is_set():
-                    try:
-                        await release.wait()
-                    except asyncio.CancelledError:
-                        continue
-            c.stop = stuck_stop  # type: ignore[method-assign]
-        return c
+    async def stuck_stop() -> None:
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue
 
-    async def on_record(record: Rec) -> None:
-        if record.value in fail_once:
-            fail_once.discard(record.value)
-            raise ConnectionError("broker down")
-        seen.append(record.value)
-
-    loop = ConsumerLoop("t", factory=factory, on_record=on_record, poll_timeout_ms=5,
-                        backoff=lambda _a: 0.0, close_timeout_s=0.05)
+    loop = ConsumerLoop("t", factory=rig.first_with(stop=stuck_stop),
+                        on_record=failing_once("0:0", seen, ConnectionError("broker down")),
+                        poll_timeout_ms=5, backoff=lambda _a: 0.0, close_timeout_s=0.05)
     task = asyncio.create_task(loop.run())
     await _until(lambda: seen == ["0:0", "0:1"])
     loop.stop()
@@ -435,25 +440,13 @@ async def test_a_cancelled_error_from_a_client_is_an_outage_not_the_end_of_the_l
     cancelled itself); the loop restarts instead of ending as if it had been cancelled."""
     rig = Rig(_log(2))
     seen: list[str] = []
-    fail_once = {"0:0"}
 
-    def factory() -> FakeConsumer:
-        c = rig.factory()
-        if len(rig.made) == 1:
-            async def cancelled_stop() -> None:
-                raise asyncio.CancelledError()
-            c.stop = cancelled_stop  # type: ignore[method-assign]
-            c.start = cancelled_stop  # type: ignore[method-assign]
-        return c
+    async def cancelled() -> None:
+        raise asyncio.CancelledError()
 
-    async def on_record(record: Rec) -> None:
-        if record.value in fail_once:
-            fail_once.discard(record.value)
-            raise ConnectionError("broker down")
-        seen.append(record.value)
-
-    loop = ConsumerLoop("t", factory=factory, on_record=on_record, poll_timeout_ms=5,
-                        backoff=lambda _a: 0.0)
+    loop = ConsumerLoop("t", factory=rig.first_with(stop=cancelled, start=cancelled),
+                        on_record=failing_once("0:0", seen, ConnectionError("broker down")),
+                        poll_timeout_ms=5, backoff=lambda _a: 0.0)
     task = asyncio.create_task(loop.run())
     await _until(lambda: seen == ["0:1"] or seen == ["0:0", "0:1"])
     assert not task.done()

@@ -141,10 +141,9 @@ class Gated(Recorder):
         await super().publish(topic, msg)
 
 
-async def test_completions_a_flush_is_publishing_still_count_as_pending() -> None:
-    """``recorded == published + dropped + pending`` holds while a flush waits on the
-    broker too (the outage test saw pending 0 with 9 completions neither published nor
-    dropped: the flush had taken them)."""
+async def flush_held_by_the_broker() -> tuple[Gated, HeatEmitter, asyncio.Task[int]]:
+    """Five completions recorded (batches of two) and a flush of them started that waits for
+    the broker's answer to its first batch (the broker answers once ``gate`` is set)."""
     rec = Gated()
     heat = HeatEmitter(rec, producer="gateway/t", source_id="g", max_batch=2)
     for i in range(5):
@@ -152,6 +151,14 @@ async def test_completions_a_flush_is_publishing_still_count_as_pending() -> Non
     flush = asyncio.create_task(heat.flush())
     while not rec.waiting:
         await asyncio.sleep(0)
+    return rec, heat, flush
+
+
+async def test_completions_a_flush_is_publishing_still_count_as_pending() -> None:
+    """``recorded == published + dropped + pending`` holds while a flush waits on the
+    broker too (the outage test saw pending 0 with 9 completions neither published nor
+    dropped: the flush had taken them)."""
+    rec, heat, flush = await flush_held_by_the_broker()
     heat.record(completion("code", 9))  # recorded while the flush runs
     assert heat.pending == 6 and heat.published == 0
     assert heat.recorded == heat.published + heat.dropped + heat.pending
@@ -162,13 +169,7 @@ async def test_completions_a_flush_is_publishing_still_count_as_pending() -> Non
 
 
 async def test_a_cancelled_flush_keeps_what_it_had_not_published() -> None:
-    rec = Gated()
-    heat = HeatEmitter(rec, producer="gateway/t", source_id="g", max_batch=2)
-    for i in range(5):
-        heat.record(completion("support", i))
-    flush = asyncio.create_task(heat.flush())
-    while not rec.waiting:
-        await asyncio.sleep(0)
+    rec, heat, flush = await flush_held_by_the_broker()
     flush.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await flush
