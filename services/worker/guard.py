@@ -22,12 +22,17 @@ the engine sees anything:
   requests gets an adapter's output, so the base model is served through a registered
   all-zero adapter (:func:`loraplane.worker.app.write_zero_adapter`); ``EngineRequest.adapter`` is
   never ``None``.
+
+HOT has two levels in vLLM: *registered* (``add_lora``: in the engine's host memory, at most
+``max_cpu_loras``) and *slot-resident* (its weights copied into one of the ``max_loras`` GPU
+slots a batch reads; the engine moves them itself). :class:`SlotResidency` follows the
+second level as vLLM keeps it, so the worker can report both.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -143,6 +148,64 @@ class SlotGate:
         self._wake()
 
 
+class SlotResidency:
+    """Which registered adapters sit in the engine's ``max_loras`` slots, modelled on vLLM's
+    ``LRUCacheLoRAModelManager._active_adapters`` (vllm/lora/model_manager.py): an LRU of
+    ``max_loras`` entries whose pinned ones are never removed.
+
+    vLLM *activates* an adapter (copies its weights into a free slot, first removing the
+    least recently activated unpinned one when every slot is taken) when it is added
+    (``add_lora`` → ``LRUCacheWorkerLoRAManager.add_adapter`` → ``activate_adapter``), for
+    every adapter of each batch (``set_active_adapters``) and when it is pinned; removing an
+    adapter frees its slot. The worker sees each of those moments but the per-step touches
+    between a request's start and its end, which only reorder adapters that all stay
+    resident meanwhile (:class:`SlotGate` keeps the running ones within the slots), so a
+    request touches its adapter when it enters the engine and when it leaves.
+    """
+
+    def __init__(self, slots: int) -> None:
+        """``slots``: the engine's ``max_loras``."""
+        self.slots = slots
+        self._lru: OrderedDict[int, None] = OrderedDict()
+        self._pinned: set[int] = set()
+        self.activations = 0
+        """Moves registered → slot so far (each one a copy of the adapter's weights)."""
+
+    @property
+    def resident(self) -> frozenset[int]:
+        """Engine ids in a slot now."""
+        return frozenset(self._lru)
+
+    def touch(self, engine_id: int) -> bool:
+        """``engine_id`` is used by the engine now; True when that moved it into a slot."""
+        if engine_id in self._lru:
+            self._lru.move_to_end(engine_id)
+            return False
+        if len(self._lru) >= self.slots:
+            oldest = next((e for e in self._lru if e not in self._pinned), None)
+            if oldest is not None:
+                del self._lru[oldest]
+        self._lru[engine_id] = None
+        self.activations += 1
+        return True
+
+    def pin(self, engine_id: int) -> None:
+        """vLLM's ``pin_lora``: activated if needed, then never removed from its slot."""
+        self.touch(engine_id)
+        self._pinned.add(engine_id)
+
+    def unpin(self, engine_id: int) -> None:
+        """The worker's unpin (vLLM has none: remove, then add again, which activates)."""
+        self._pinned.discard(engine_id)
+        self.remove(engine_id)
+        self.touch(engine_id)
+
+    def remove(self, engine_id: int) -> None:
+        """Unregistered: its slot is free."""
+        self._lru.pop(engine_id, None)
+        self._pinned.discard(engine_id)
+
+
 class SafeEngine:
     """An :class:`Engine` that refuses every operation known to kill or corrupt vLLM.
 
@@ -155,6 +218,8 @@ class SafeEngine:
         self.inner = inner
         self.pin_wait_s = pin_wait_s
         self.gate = SlotGate(inner.limits.max_loras)
+        self.slots = SlotResidency(inner.limits.max_loras)
+        """The second HOT level: which registered adapters sit in GPU slots."""
         self._registered: dict[int, EngineAdapter] = {}
         self._lock = asyncio.Lock()
         self._pending_pins = 0
@@ -208,6 +273,7 @@ class SafeEngine:
                 )
             await self.inner.register(adapter)
             self._registered[adapter.engine_id] = adapter
+            self.slots.touch(adapter.engine_id)
 
     async def unregister(self, engine_id: int) -> None:
         """Unregister ``engine_id``; refused while a request runs on it."""
@@ -219,6 +285,7 @@ class SafeEngine:
             await self.inner.unregister(engine_id)
             del self._registered[engine_id]
             self.gate.release_pin(engine_id)
+            self.slots.remove(engine_id)
 
     async def pin(self, engine_id: int) -> None:
         """Pin a registered adapter, keeping at least one slot unpinned.
@@ -246,6 +313,7 @@ class SafeEngine:
                 if engine_id not in self._registered:
                     raise NotPresent(f"adapter {engine_id} was unregistered while pinning")
                 await self.inner.pin(engine_id)
+                self.slots.pin(engine_id)
         except BaseException:
             self.gate.release_pin(engine_id)
             raise
@@ -262,6 +330,7 @@ class SafeEngine:
                 return
             await self.inner.unpin(self._registered.get(adapter.engine_id, adapter))
             self.gate.release_pin(adapter.engine_id)
+            self.slots.unpin(adapter.engine_id)
 
     async def list(self) -> set[int]:
         """What the wrapped engine reports as registered."""
@@ -277,9 +346,12 @@ class SafeEngine:
         try:
             if adapter.engine_id not in self._registered:  # unregistered while we waited
                 raise NotPresent(f"adapter {adapter.engine_id} was unregistered")
+            self.slots.touch(adapter.engine_id)
             async for chunk in self.inner.generate(request):
                 yield chunk
         finally:
+            if adapter.engine_id in self._registered:
+                self.slots.touch(adapter.engine_id)
             self.gate.leave(adapter.engine_id)
 
     async def abort(self, request_id: str) -> None:

@@ -292,6 +292,9 @@ class AdapterManager:
         m.engine_slots.labels(self.base_model, "registered_capacity").set(limits.max_cpu_loras)
         m.engine_slots.labels(self.base_model, "used").set(len(self.engine.registered))
         m.engine_slots.labels(self.base_model, "pinned").set(len(self.engine.pinned))
+        # moves with every request, not only with loads: read when scraped
+        m.engine_slots.labels(self.base_model, "resident").set_function(
+            lambda: len(self.engine.slots.resident))
         m.host_bytes.labels("capacity").set(self.host.capacity_bytes)
         m.host_bytes.labels("used").set(self.host.used_bytes)
         m.host_bytes.labels("reserved").set(self.host.reserved_bytes)

@@ -120,8 +120,9 @@ class WorkerMetrics(_PerRegistry):
         )
         self.engine_slots = Gauge(
             "loraplane_worker_engine_slots",
-            "Engine LoRA slots: capacity (max_loras), registered adapters (used, the "
-            "all-zero base adapter included) and pinned ones.",
+            "Engine LoRA slots: capacity (max_loras), registered_capacity (max_cpu_loras), "
+            "registered adapters (used, the all-zero base adapter included), pinned ones and "
+            "the registered ones in a GPU slot now (resident).",
             ["base_model", "state"],
             registry=registry,
         )

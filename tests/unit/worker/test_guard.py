@@ -17,7 +17,7 @@ from worker_fakes import VllmModel
 
 from loraplane.worker.engine import EngineAdapter, EngineLimits, EngineRequest, Sampling
 from loraplane.worker.errors import InUse, NoCapacity, NotPresent, PinLimit, RankTooLarge
-from loraplane.worker.guard import SafeEngine, SlotGate
+from loraplane.worker.guard import SafeEngine, SlotGate, SlotResidency
 
 LIMITS = EngineLimits(max_loras=3, max_cpu_loras=5, max_lora_rank=16)
 
@@ -201,3 +201,38 @@ async def test_null_engine_implements_the_engine_protocol(tmp_path: Path) -> Non
     engine = SafeEngine(null)
     await engine.register(adapter(3))
     assert await run(engine, 3, tokens=2) == [3, 3]
+
+
+# --------------------------------------------------------------------------- slot residency
+
+
+def test_slot_residency_is_vllms_lru_of_activations_with_pins_kept() -> None:
+    s = SlotResidency(2)
+    assert s.touch(1) and s.touch(2)  # registered: activated into the free slots
+    assert s.resident == {1, 2}
+    assert not s.touch(1)  # already in a slot: only its recency changes
+    assert s.touch(3)  # 2 is the least recently activated
+    assert s.resident == {1, 3}
+    s.pin(3)
+    assert s.touch(2) and s.resident == {2, 3}  # 1 goes, the pinned 3 stays
+    assert s.touch(1) and s.resident == {1, 3}
+    s.remove(3)
+    assert s.resident == {1} and s.activations == 5
+    s.unpin(1)  # remove + add again in vLLM: still resident, activated once more
+    assert s.resident == {1} and s.activations == 6
+
+
+async def test_guard_reports_which_registered_adapters_sit_in_slots() -> None:
+    engine = SafeEngine(VllmModel(LIMITS))  # max_loras 3, max_cpu_loras 5
+    for i in (1, 2, 3, 4, 5):
+        await engine.register(adapter(i))
+    assert set(engine.registered) == {1, 2, 3, 4, 5}
+    assert engine.slots.resident == {3, 4, 5}  # the last three activated
+    await run(engine, 1)
+    assert engine.slots.resident == {1, 4, 5}
+    await engine.pin(4)
+    await run(engine, 2)
+    await run(engine, 3)
+    assert engine.slots.resident == {2, 3, 4}  # pinned 4 kept, 1 and 5 moved out
+    await engine.unregister(2)
+    assert engine.slots.resident == {3, 4}
