@@ -1,0 +1,334 @@
+"""A canary released with a prewarm schedule is WARM on its target workers before its share
+is set, and its first request needs no download (issue 19), on the real platform.
+
+Real services on the test stack: registry (own database) and admission in process, two
+workers on real vLLM engines, the gateway, and the cache manager as a process whose rules
+give every canary a prewarm schedule (``canary.prewarm.start_percent``). The canary is
+staged at 0 % with the ``loraplane`` CLI; the cache manager prefetches it to both workers
+(every worker serving the base model is a target) and its analysis sets the first share
+through the registry (audited) once both workers have reported it.
+
+What is asserted, from the workers' own ``GetState``: each worker held the canary (WARM or
+HOT) in an answer read while the registry still had the share at 0 %; the share step is the
+analysis' ``prewarmed`` advance naming both workers; after the share, requests the gateway
+routes to the canary arrive HOT or WARM, and no worker reads another byte of it from the
+object store. Prints, as ``[measure]``, stage → WARM on each worker → share set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from loraplane.cache_manager.canary_runner import ACTOR, REASON_PREFIX
+from loraplane.devkit.builder import DemoManifest, build_demo
+from loraplane.gateway.app import GatewayApp
+from loraplane.stack.stack import Stack
+from loraplane.v1 import (
+    common_pb2,
+    events_pb2,
+    inference_pb2,
+    inference_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+from loraplane.worker.app import WorkerApp
+from tests.integration.platform.support import (
+    adapter_copy,
+    catalog_shows,
+    control_plane,
+    eventually,
+    free_port,
+    gateway_settings,
+    release,
+    run_cli,
+    serving_worker,
+    tenant_with_key,
+)
+from tests.support.cache_manager import Launcher, Manager
+
+pytestmark = pytest.mark.engine
+
+START_PERCENT = 50
+RULES = {
+    "canary": {
+        "warm_replicas": 1,
+        "prewarm": {"start_percent": START_PERCENT},
+        # the analysis must not move past the first share while the test looks at it
+        "analysis": {"stages": [START_PERCENT, 100], "dwell_s": 600.0, "window_s": 900.0},
+    },
+}
+NAME, V1, V2 = "support", "2026-11-01.1", "2026-11-15.1"
+SHARE_BOUND_S = 120.0
+
+
+@dataclass
+class Platform:
+    demo: DemoManifest
+    dsn: str
+    cli_env: dict[str, str]
+    gateway: GatewayApp
+    workers: list[WorkerApp]
+    manager: Manager
+    tenant: str
+    key: str
+    work: Path
+
+
+@pytest.fixture(scope="module")
+async def platform(
+    stack: Stack, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Platform]:
+    unique = uuid.uuid4().hex[:8]
+    work = tmp_path_factory.mktemp("canary-prewarm")
+    demo = build_demo()
+    tenant = f"pre-{unique[:6]}"
+    async with contextlib.AsyncExitStack() as es:
+        cp = await es.enter_async_context(
+            control_plane(stack, work, demo, name="prewarm", unique=unique, actor="ci/prewarm")
+        )
+        workers = []
+        for n in range(2):
+            wid = f"w{n}-pre-{unique}"
+            workers.append(
+                await es.enter_async_context(
+                    serving_worker(
+                        stack,
+                        demo,
+                        work,
+                        wid,
+                        worker_max_loras=2,
+                        worker_max_cpu_loras=4,
+                        worker_host_dir=work / f"host-{wid}",
+                    )
+                )
+            )
+        cm_port = free_port()
+        budgets = work / "budgets.yaml"
+        budgets.write_text(
+            "interactive: {budget_ms: 300, on_cold: degrade}\n"
+            "background: {budget_ms: 60000, on_cold: wait}\n"
+        )
+        gateway = GatewayApp(
+            gateway_settings(
+                stack,
+                cp,
+                demo,
+                instance_id=f"gw-{unique}",
+                cache_manager_addr=f"127.0.0.1:{cm_port}",
+                budgets_file=budgets,
+            ),
+            registry=CollectorRegistry(),
+            serve_metrics=False,
+        )
+        await gateway.start()
+        es.push_async_callback(gateway.stop, 1)
+        await gateway.wait_ready(60)
+        launcher = Launcher(
+            {**stack.settings.client_env(), "LORAPLANE_POSTGRES_DSN": cp.dsn},
+            work,
+            unique,
+            tenants=tenant,
+        )
+        es.callback(launcher.stop_all)
+        key = await tenant_with_key(cp.cli_env, tenant)
+        manager = launcher.start(
+            RULES,
+            LORAPLANE_REGISTRY_ADDR=cp.registry.address,
+            LORAPLANE_REGISTRY_OPERATOR_TOKEN=cp.cli_env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"],
+            LORAPLANE_CACHE_MANAGER_CANARY_INTERVAL_S="0.5",
+            LORAPLANE_CACHE_MANAGER_GRPC_PORT=str(cm_port),
+        )
+        await manager.wait_planning(60)
+        yield Platform(demo, cp.dsn, cp.cli_env, gateway, workers, manager, tenant, key, work)
+
+
+async def worker_states(p: Platform) -> dict[str, events_pb2.WorkerState]:
+    """Each worker's own answer to ``GetState``."""
+    out = {}
+    for w in p.workers:
+        async with grpc.aio.insecure_channel(w.grpc_address) as ch:
+            out[w.settings.worker_id] = await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
+                worker_pb2.GetStateRequest(), timeout=5
+            )
+    return out
+
+
+def held(state: events_pb2.WorkerState, version: str) -> events_pb2.AdapterPlacement | None:
+    for pl in state.placements:
+        if pl.adapter.adapter_name == NAME and pl.adapter.version == version:
+            return pl
+    return None
+
+
+async def share(p: Platform) -> int:
+    conn = await asyncpg.connect(p.dsn)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT canary_percent FROM release_pointers WHERE adapter_id = $1",
+                f"{p.tenant}/{NAME}",
+            )
+            or 0
+        )
+    finally:
+        await conn.close()
+
+
+async def generate(
+    p: Platform, stub: inference_pb2_grpc.InferenceStub, key: str
+) -> inference_pb2.ResolvedAdapter | None:
+    req = inference_pb2.GenerateRequest(
+        adapter=NAME,
+        prompt="Hello",
+        max_tokens=1,
+        request_key=key,
+        request_class=common_pb2.REQUEST_CLASS_BACKGROUND,
+    )
+    try:
+        msgs = [
+            m
+            async for m in stub.Generate(
+                req, metadata=(("authorization", f"Bearer {p.key}"),), timeout=90
+            )
+        ]
+    except grpc.aio.AioRpcError:
+        return None
+    return msgs[0].resolved
+
+
+def downloaded(p: Platform, w: WorkerApp, version: str) -> float:
+    """Bytes of ``version`` the worker read from the object store."""
+    return (
+        w.metrics_registry.get_sample_value(
+            "loraplane_worker_adapter_load_bytes_total",
+            {
+                "base_model": p.demo.base_model.name,
+                "tenant": p.tenant,
+                "adapter": NAME,
+                "version": version,
+            },
+        )
+        or 0.0
+    )
+
+
+async def test_canary_is_warm_on_every_target_worker_before_its_share_is_set(
+    platform: Platform,
+) -> None:
+    p = platform
+    for version in (V1, V2):
+        await release(
+            p.cli_env,
+            p.demo,
+            adapter_copy(p.demo, p.work, NAME, version),
+            tenant=p.tenant,
+            name=NAME,
+            version=version,
+        )
+    await run_cli(p.cli_env, "promote", f"{p.tenant}/{NAME}", V1, "--reason", "prewarm test")
+    await catalog_shows(p.gateway, p.tenant, NAME, lambda e: e.release.stable == V1)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
+        stub = inference_pb2_grpc.InferenceStub(ch)
+
+        async def stable_serves() -> bool:
+            r = await generate(p, stub, "warm-up")
+            return r is not None and r.adapter.version == V1 and not r.degraded_to_base
+
+        await eventually(stable_serves, timeout_s=90, every_s=0.5)
+
+        # stage the canary at 0 %: from here only the cache manager moves it
+        t0 = time.monotonic()
+        await run_cli(
+            p.cli_env, "canary", f"{p.tenant}/{NAME}", V2, "0", "--reason", "prewarm test"
+        )
+        seen_at_zero: dict[str, tuple[float, int]] = {}
+        """Worker → (seconds after staging, tier) of its first answer holding the canary
+        that was read while the registry still said 0 %."""
+        share_at = 0.0
+        while time.monotonic() - t0 < SHARE_BOUND_S:
+            states = await worker_states(p)  # read first ...
+            percent = await share(p)  # ... then the share: a 0 here was 0 when they answered
+            if percent == 0:
+                for wid, st in states.items():
+                    pl = held(st, V2)
+                    if pl is not None and wid not in seen_at_zero:
+                        seen_at_zero[wid] = (time.monotonic() - t0, pl.tier)
+            else:
+                share_at = time.monotonic() - t0
+                assert percent == START_PERCENT
+                break
+            await asyncio.sleep(0.1)
+        assert share_at > 0, f"no share within {SHARE_BOUND_S}s; held at 0 %: {seen_at_zero}"
+        wids = sorted(w.settings.worker_id for w in p.workers)
+        assert sorted(seen_at_zero) == wids, seen_at_zero
+        assert {tier for _, tier in seen_at_zero.values()} <= {
+            common_pb2.TIER_WARM,
+            common_pb2.TIER_HOT,
+        }
+
+        # the share step is the analysis' own, taken on both workers' reports
+        conn = await asyncpg.connect(p.dsn)
+        try:
+            rows = await conn.fetch(
+                # the share steps (not the clearance for tenant traffic, release.canary_clear)
+                "SELECT action, after FROM audit_log WHERE actor = $1 AND subject = $2 "
+                "AND action <> 'release.canary_clear' ORDER BY id",
+                ACTOR,
+                f"{p.tenant}/{NAME}",
+            )
+        finally:
+            await conn.close()
+        steps = []
+        for r in rows:
+            after = json.loads(r["after"]) if isinstance(r["after"], str) else r["after"]
+            steps.append(json.loads(after["reason"][len(REASON_PREFIX) :]))
+        assert [
+            (s["action"], s.get("reason"), s.get("from_percent"), s.get("to_percent"))
+            for s in steps
+        ] == [("advance", "prewarmed", 0, START_PERCENT)], steps
+        assert sorted(steps[0]["checks"]["prewarm"]["ready"]) == wids
+
+        # the first requests routed to the canary find it on the worker: no download
+        before = {w.settings.worker_id: downloaded(p, w, V2) for w in p.workers}
+        assert all(b > 0 for b in before.values()), before  # each fetched it once, prewarm
+        await catalog_shows(
+            p.gateway, p.tenant, NAME, lambda e: e.release.canary_percent == START_PERCENT
+        )
+        canary_hits: list[Any] = []
+        for i in range(60):
+            r = await generate(p, stub, f"user-{i}")
+            if r is not None and r.canary:
+                canary_hits.append(r)
+                if len(canary_hits) >= 3:
+                    break
+        assert canary_hits, "no request was routed to the canary"
+        assert {r.adapter.version for r in canary_hits} == {V2}
+        assert all(
+            r.tier_at_arrival in (common_pb2.TIER_HOT, common_pb2.TIER_WARM)
+            and not r.degraded_to_base
+            for r in canary_hits
+        ), canary_hits
+        after_bytes = {w.settings.worker_id: downloaded(p, w, V2) for w in p.workers}
+        assert after_bytes == before, (before, after_bytes)
+    warm = ", ".join(
+        f"{w} {s:.1f}s ({common_pb2.Tier.Name(t)})" for w, (s, t) in sorted(seen_at_zero.items())
+    )
+    print(
+        f"[measure] canary prewarm: staged → held on {warm} → share {START_PERCENT} % at "
+        f"{share_at:.1f}s; {len(canary_hits)} canary requests, tiers "
+        f"{[common_pb2.Tier.Name(r.tier_at_arrival) for r in canary_hits]}, 0 bytes "
+        "downloaded after the share"
+    )
