@@ -92,6 +92,7 @@ class RegistryApp:
         servicer = RegistryAdminServicer(
             pool=self.pool, bucket=s.artifact_bucket, producer=s.producer,
             metrics=self.metrics, clock=self.clock, topic_prefix=s.registry_topic_prefix,
+            canary_clearance=s.registry_canary_clearance,
         )
         files = s.tls_files()
         credentials = (files.server_credentials(CertExpiry.for_registry(self.registry))

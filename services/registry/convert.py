@@ -85,12 +85,10 @@ def reasons_pb(reasons: Sequence[Mapping[str, Any]]) -> list[events_pb2.Rejectio
     out = []
     for r in reasons:
         code = r.get("code", "REJECTION_CODE_UNSPECIFIED")
-        try:
-            code_value = events_pb2.RejectionCode.Value(code)
-        except ValueError:
-            code_value = events_pb2.REJECTION_CODE_UNSPECIFIED
+        if code not in events_pb2.RejectionCode.DESCRIPTOR.values_by_name:  # unknown here
+            code = "REJECTION_CODE_UNSPECIFIED"
         out.append(events_pb2.RejectionReason(
-            code=code_value, message=r.get("message", ""), path=r.get("path", "")
+            code=code, message=r.get("message", ""), path=r.get("path", "")
         ))
     return out
 
@@ -130,7 +128,7 @@ VERSION_COLUMNS = """
     v.target_modules, v.artifact_uri, v.sha256, v.size_bytes, v.signature_uri,
     v.signer_identity, v.tokenizer_revision, v.status, v.priority_override,
     v.engine_id, v.created_at, v.admitted_at, v.retired_at, v.reasons, v.files,
-    v.lora_alpha, v.created_by,
+    v.lora_alpha, v.created_by, v.withdrawn_reason,
     coalesce(v.priority_override, a.priority_override, t.default_priority) AS effective_priority
 """
 """Columns of a version record; use with :data:`VERSION_FROM`."""
@@ -165,6 +163,7 @@ def version_pb(row: Mapping[str, Any]) -> registry_pb2.AdapterVersion:
         files=files_pb(row["files"] or []),
         lora_alpha=float(row["lora_alpha"]),
         effective_priority=priority_proto(row["effective_priority"]),
+        withdrawn_reason=row["withdrawn_reason"],
     )
     ts(row["created_at"], v.created_at)
     ts(row["admitted_at"], v.admitted_at)

@@ -554,6 +554,8 @@ def _print_release(rel: registry_pb2.ReleasePointers, json_out: bool) -> None:
         return
     canary = f"{rel.canary_version} @ {rel.canary_percent}%" if rel.canary_version else "-"
     paused = " (analysis paused)" if rel.canary_paused else ""
+    if rel.canary_version and not rel.canary_cleared:
+        paused += " (not cleared for tenant traffic: golden set pending)"
     out.print(f"{rel.adapter_id}: stable={rel.stable_version or '-'} canary={canary}{paused} "
               f"rollback_to={rel.rollback_to or '-'}")
 

@@ -95,6 +95,9 @@ class Ctx:
     """Time source of ``meta.occurred_at``."""
     topic_prefix: str = ""
     """Prefix of the topics events go to (an isolated namespace; "" in production)."""
+    canary_clearance: bool = True
+    """A new canary waits for the canary analysis to clear it (``ClearCanary``) before
+    tenant traffic; False: it is cleared when set (no analysis runs)."""
 
 
 # =========================================================================== tenants
@@ -722,6 +725,8 @@ class _Release:
     updated_at: datetime | None = None
     paused: bool = False
     """The canary analysis is paused for the current canary (``canary_paused``)."""
+    cleared: bool = True
+    """The current canary may receive tenant traffic (``canary_cleared``)."""
 
 
 async def _load_release(
@@ -751,13 +756,29 @@ async def _load_release(
     )
     return _Release(adapter_id, pointers, {r["version"]: r for r in rows},
                     ptr["updated_at"] if ptr else None,
-                    bool(ptr["canary_paused"]) if ptr else False)
+                    bool(ptr["canary_paused"]) if ptr else False,
+                    bool(ptr["canary_cleared"]) if ptr else True)
 
 
 def _paused_after(rel: _Release, new: Pointers) -> bool:
     """``canary_paused`` after a pointer change: kept while the canary stays the same
     version (the UPDATE in :func:`_apply_plan` resets it otherwise)."""
     return rel.paused and new.canary == rel.pointers.canary
+
+
+def _flags_after(rel: _Release, new: Pointers, ctx: Ctx) -> tuple[bool, bool]:
+    """``(canary_paused, canary_cleared)`` after a pointer change: both kept while the
+    canary stays the same version; a new canary is cleared only without clearance."""
+    same = new.canary == rel.pointers.canary
+    return rel.paused and same, rel.cleared if same else not ctx.canary_clearance
+
+
+async def _unwithdraw(conn: asyncpg.Connection, rel: _Release, version: str) -> None:
+    """A person made ``version`` stable or canary again: it is no longer withdrawn (the
+    action's own audit entry and event say so)."""
+    if version and (rel.rows.get(version) or {}).get("withdrawn_reason"):
+        await conn.execute("UPDATE adapter_versions SET withdrawn_reason = '' "
+                           "WHERE adapter_id = $1 AND version = $2", rel.adapter_id, version)
 
 
 def _statuses(rel: _Release) -> dict[str, Status]:
@@ -775,9 +796,10 @@ def _pointers_json(p: Pointers) -> dict[str, Any]:
 
 def release_pb(
     tenant_id: str, name: str, p: Pointers, rows: dict[str, Any], updated_at: datetime | None,
-    paused: bool = False,
+    paused: bool = False, cleared: bool = True,
 ) -> registry_pb2.ReleasePointers:
-    """Pointers → ``ReleasePointers`` (``paused``: the canary analysis is paused)."""
+    """Pointers → ``ReleasePointers`` (``paused``: the canary analysis is paused;
+    ``cleared``: the canary may receive tenant traffic)."""
     out = registry_pb2.ReleasePointers(
         adapter_id=f"{tenant_id}/{name}",
         tenant_id=tenant_id,
@@ -788,6 +810,7 @@ def release_pb(
         rollback_to=p.rollback_to or "",
         base_model=rows[p.stable]["base_model"] if p.stable in rows else "",
         canary_paused=paused and bool(p.canary),
+        canary_cleared=cleared or not p.canary,
     )
     if updated_at is not None:
         out.updated_at.FromDatetime(updated_at)
@@ -818,9 +841,12 @@ async def _apply_plan(
     updated_at = await conn.fetchval(
         "UPDATE release_pointers SET stable_version = $2, canary_version = $3, "
         "canary_percent = $4, rollback_to = $5, stable_history = $6, updated_at = now(), "
-        "canary_paused = canary_paused AND canary_version IS NOT DISTINCT FROM $3 "
+        "canary_paused = canary_paused AND canary_version IS NOT DISTINCT FROM $3, "
+        "canary_cleared = CASE WHEN canary_version IS NOT DISTINCT FROM $3 "
+        "THEN canary_cleared ELSE $7 END "
         "WHERE adapter_id = $1 RETURNING updated_at",
         rel.adapter_id, p.stable, p.canary, p.canary_percent, p.rollback_to, list(p.history),
+        not ctx.canary_clearance,
     )
     before = _pointers_json(rel.pointers)
     after = _pointers_json(p)
@@ -853,11 +879,14 @@ async def promote(
     rel = await _load_release(conn, tenant_id, adapter_name, lock=True)
     subject = f"{tenant_id}/{adapter_name}"
     plan = plan_promote(rel.pointers, version, _statuses(rel), subject)
-    if not plan.changed:
+    withdrawn = bool(rel.rows[version]["withdrawn_reason"]) if version in rel.rows else False
+    if not plan.changed and not withdrawn:
         return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at,
-                          rel.paused)
+                          rel.paused, rel.cleared)
+    # promoting the stable version again ends its withdrawal (audited, AdapterPromoted)
     updated = await _apply_plan(conn, ctx, rel, plan, tenant_id=tenant_id, name=adapter_name,
                                 action="release.promote", reason=reason)
+    await _unwithdraw(conn, rel, version)
     row = rel.rows[version]
     event = events_pb2.LifecycleEvent()
     event.promoted.CopyFrom(events_pb2.AdapterPromoted(
@@ -867,7 +896,7 @@ async def promote(
     ))
     await _emit(conn, ctx, event, row)
     return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated,
-                      _paused_after(rel, plan.pointers))
+                      *_flags_after(rel, plan.pointers, ctx))
 
 
 async def set_canary(
@@ -886,12 +915,13 @@ async def set_canary(
                        f"{tenant_id}/{adapter_name}")
     if not plan.changed:
         return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at,
-                          rel.paused)
+                          rel.paused, rel.cleared)
     updated = await _apply_plan(conn, ctx, rel, plan, tenant_id=tenant_id, name=adapter_name,
                                 action="release.canary", reason=reason)
+    await _unwithdraw(conn, rel, version)
     await _emit_canary(conn, ctx, rel, plan.pointers)
     return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated,
-                      _paused_after(rel, plan.pointers))
+                      *_flags_after(rel, plan.pointers, ctx))
 
 
 async def _emit_canary(conn: asyncpg.Connection, ctx: Ctx, rel: _Release, new: Pointers) -> None:
@@ -908,15 +938,18 @@ async def _emit_canary(conn: asyncpg.Connection, ctx: Ctx, rel: _Release, new: P
         previous=old.canary or "",
         previous_percent=old.canary_percent,
         engine_id=row["engine_id"] if new.canary else 0,
+        cleared=bool(new.canary) and _flags_after(rel, new, ctx)[1],
     ))
     await _emit(conn, ctx, event, row)
 
 
 async def rollback(
     conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, adapter_name: str,
-    to_version: str = "", reason: str = "",
+    to_version: str = "", reason: str = "", withdraw: bool = False,
 ) -> registry_pb2.ReleasePointers:
-    """Move the stable pointer back; emits ``RolledBack``."""
+    """Move the stable pointer back; emits ``RolledBack``. ``withdraw`` (the canary
+    analysis): the version rolled back from is withdrawn in the same transaction
+    (``VersionWithdrawn``; the rollback's audit entry carries the reason)."""
     problems = _ref_problems_release(tenant_id, adapter_name)
     if to_version:
         problems += check_version(to_version, "to_version")
@@ -926,6 +959,7 @@ async def rollback(
     updated = await _apply_plan(conn, ctx, rel, plan, tenant_id=tenant_id, name=adapter_name,
                                 action="release.rollback", reason=reason)
     target = plan.pointers.stable or ""
+    await _unwithdraw(conn, rel, target)
     row = rel.rows[target]
     event = events_pb2.LifecycleEvent()
     event.rolled_back.CopyFrom(events_pb2.RolledBack(
@@ -935,8 +969,10 @@ async def rollback(
         engine_id=row["engine_id"],
     ))
     await _emit(conn, ctx, event, row)
+    if withdraw and rel.pointers.stable and rel.pointers.stable != target:
+        await _withdraw(conn, ctx, rel, rel.pointers.stable, reason or "rolled back")
     return release_pb(tenant_id, adapter_name, plan.pointers, rel.rows, updated,
-                      _paused_after(rel, plan.pointers))
+                      *_flags_after(rel, plan.pointers, ctx))
 
 
 async def retire(
@@ -970,7 +1006,7 @@ async def get_release(
     require(_ref_problems_release(tenant_id, adapter_name))
     rel = await _load_release(conn, tenant_id, adapter_name, lock=False)
     return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at,
-                      rel.paused)
+                      rel.paused, rel.cleared)
 
 
 async def pause_canary(
@@ -997,7 +1033,78 @@ async def pause_canary(
                           subject=audit.subject_adapter(tenant_id, adapter_name),
                           before={"canary_version": rel.pointers.canary,
                                   "canary_paused": rel.paused}, after=after)
-    return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at, paused)
+    return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at, paused,
+                      rel.cleared)
+
+
+async def clear_canary(
+    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, adapter_name: str, version: str,
+    reason: str = "",
+) -> registry_pb2.ReleasePointers:
+    """Clear the adapter's canary for tenant traffic (the canary analysis, once its golden
+    set passed): audited (``release.canary_clear``), ``CanaryChanged`` with ``cleared``.
+    FAILED_PRECONDITION when ``version`` is no longer the canary. Idempotent."""
+    require([*_ref_problems_release(tenant_id, adapter_name), *check_version(version)])
+    rel = await _load_release(conn, tenant_id, adapter_name, lock=True)
+    if rel.pointers.canary != version:
+        raise FailedPrecondition(f"{version} is not the canary of {tenant_id}/{adapter_name} "
+                                 f"(canary: {rel.pointers.canary or 'none'})")
+    if not rel.cleared:
+        await conn.execute(
+            "UPDATE release_pointers SET canary_cleared = true, updated_at = now() "
+            "WHERE adapter_id = $1",
+            rel.adapter_id)
+        after: dict[str, Any] = {"canary_version": version, "canary_cleared": True}
+        if reason:
+            after["reason"] = reason
+        await audit.write(conn, actor=ctx.actor, action="release.canary_clear",
+                          subject=audit.subject_adapter(tenant_id, adapter_name),
+                          before={"canary_version": version, "canary_cleared": False},
+                          after=after)
+        rel.cleared = True
+        await _emit_canary(conn, ctx, rel, rel.pointers)
+    return release_pb(tenant_id, adapter_name, rel.pointers, rel.rows, rel.updated_at,
+                      rel.paused, True)
+
+
+async def _withdraw(conn: asyncpg.Connection, ctx: Ctx, rel: _Release, version: str,
+                    reason: str) -> bool:
+    """Mark ``version`` withdrawn and emit ``VersionWithdrawn`` (False: it already was)."""
+    row = rel.rows[version]
+    if row["withdrawn_reason"]:
+        return False
+    await conn.execute("UPDATE adapter_versions SET withdrawn_reason = $3 "
+                       "WHERE adapter_id = $1 AND version = $2", rel.adapter_id, version, reason)
+    event = events_pb2.LifecycleEvent()
+    event.withdrawn.CopyFrom(events_pb2.VersionWithdrawn(
+        meta=new_meta(ctx.producer, adapter_ref(row), clock=ctx.clock),
+        engine_id=row["engine_id"], reason=reason))
+    await _emit(conn, ctx, event, row)
+    return True
+
+
+async def withdraw_version(
+    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, adapter_name: str, version: str,
+    reason: str,
+) -> registry_pb2.AdapterVersion:
+    """Withdraw a failing version with no version to fall back to (the canary analysis):
+    audited (``version.withdraw``), ``VersionWithdrawn``; the gateways refuse its requests
+    naming the withdrawal until a person promotes it again. Idempotent."""
+    problems = _ref_problems(tenant_id, adapter_name, version, name_field="adapter_name")
+    if not reason.strip():
+        problems.append(Problem("reason", "a withdrawal needs a reason (it is shown to "
+                                          "callers)"))
+    require(problems)
+    rel = await _load_release(conn, tenant_id, adapter_name, lock=True)
+    if version not in rel.rows:
+        raise NotFound(f"version {tenant_id}/{adapter_name}@{version} does not exist")
+    if await _withdraw(conn, ctx, rel, version, reason):
+        await audit.write(conn, actor=ctx.actor, action="version.withdraw",
+                          subject=audit.subject_adapter(tenant_id, adapter_name),
+                          before={"version": version, "withdrawn_reason": ""},
+                          after={"version": version, "withdrawn_reason": reason,
+                                 "reason": reason})
+    return version_pb(await _require_version(conn, tenant_id, adapter_name, version))
 
 
 # =========================================================================== admission

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 import grpc
@@ -36,20 +36,24 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         metrics: RegistryMetrics | None = None,
         clock: Clock = utc_now,
         topic_prefix: str = "",
+        canary_clearance: bool = True,
     ) -> None:
         """``bucket``: the allow-listed artifact bucket; ``producer``: ``registry/<id>``;
-        ``topic_prefix``: namespace of the topics events go to."""
+        ``topic_prefix``: namespace of the topics events go to; ``canary_clearance``: a new
+        canary waits for the analysis' ``ClearCanary`` before tenant traffic."""
         self.pool = pool
         self.bucket = bucket
         self.producer = producer
         self.metrics = metrics or RegistryMetrics.for_registry()
         self.clock = clock
         self.topic_prefix = topic_prefix
+        self.canary_clearance = canary_clearance
 
     def _ctx(self, context: grpc.aio.ServicerContext) -> service.Ctx:
         actor = actor_of(tuple(context.invocation_metadata() or ()))
         return service.Ctx(actor=actor, producer=self.producer, clock=self.clock,
-                           topic_prefix=self.topic_prefix)
+                           topic_prefix=self.topic_prefix,
+                           canary_clearance=self.canary_clearance)
 
     async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         async with transaction(self.pool) as conn:
@@ -64,7 +68,9 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
 
     # ------------------------------------------------------------------ tenants
 
-    async def CreateTenant(self, request: Any, context: Any) -> registry_pb2.CreateTenantResponse:
+    async def CreateTenant(
+        self, request: registry_pb2.CreateTenantRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.CreateTenantResponse:
         ctx = self._ctx(context)
         tenant = await self._tx(lambda c: service.create_tenant(
             c, ctx, tenant_id=request.tenant_id, display_name=request.display_name,
@@ -72,17 +78,21 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self._changed("tenant.create", tenant.tenant_id)
         return registry_pb2.CreateTenantResponse(tenant=tenant)
 
-    async def GetTenant(self, request: Any, context: Any) -> registry_pb2.GetTenantResponse:
+    async def GetTenant(
+        self, request: registry_pb2.GetTenantRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.GetTenantResponse:
         tenant = await self._read(lambda c: service.get_tenant(c, tenant_id=request.tenant_id))
         return registry_pb2.GetTenantResponse(tenant=tenant)
 
-    async def ListTenants(self, request: Any, context: Any) -> registry_pb2.ListTenantsResponse:
+    async def ListTenants(
+        self, request: registry_pb2.ListTenantsRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.ListTenantsResponse:
         tenants, token = await self._read(lambda c: service.list_tenants(
             c, size=request.page_size, token=request.page_token))
         return registry_pb2.ListTenantsResponse(tenants=tenants, next_page_token=token)
 
     async def SetTenantPriority(
-        self, request: Any, context: Any
+        self, request: registry_pb2.SetTenantPriorityRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.SetTenantPriorityResponse:
         ctx = self._ctx(context)
         tenant = await self._tx(lambda c: service.set_tenant_priority(
@@ -91,7 +101,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         return registry_pb2.SetTenantPriorityResponse(tenant=tenant)
 
     async def SetTenantQuota(
-        self, request: Any, context: Any
+        self, request: registry_pb2.SetTenantQuotaRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.SetTenantQuotaResponse:
         ctx = self._ctx(context)
         quota = await self._tx(lambda c: quotas.set_tenant_quota(
@@ -102,7 +112,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         return registry_pb2.SetTenantQuotaResponse(quota=quota)
 
     async def ListTenantQuotas(
-        self, request: Any, context: Any
+        self, request: registry_pb2.ListTenantQuotasRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ListTenantQuotasResponse:
         rows = await self._read(lambda c: quotas.list_tenant_quotas(
             c, tenant_id=request.tenant_id))
@@ -110,28 +120,36 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
 
     # ------------------------------------------------------------------ keys
 
-    async def CreateApiKey(self, request: Any, context: Any) -> registry_pb2.CreateApiKeyResponse:
+    async def CreateApiKey(
+        self, request: registry_pb2.CreateApiKeyRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.CreateApiKeyResponse:
         ctx = self._ctx(context)
         info, secret = await self._tx(lambda c: service.create_api_key(
             c, ctx, tenant_id=request.tenant_id, description=request.description))
         self._changed("apikey.create", info.tenant_id)
         return registry_pb2.CreateApiKeyResponse(key=info, secret=secret)
 
-    async def RevokeApiKey(self, request: Any, context: Any) -> registry_pb2.RevokeApiKeyResponse:
+    async def RevokeApiKey(
+        self, request: registry_pb2.RevokeApiKeyRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.RevokeApiKeyResponse:
         ctx = self._ctx(context)
         info = await self._tx(lambda c: service.revoke_api_key(
             c, ctx, tenant_id=request.tenant_id, key_id=request.key_id))
         self._changed("apikey.revoke", info.tenant_id)
         return registry_pb2.RevokeApiKeyResponse(key=info)
 
-    async def ListApiKeys(self, request: Any, context: Any) -> registry_pb2.ListApiKeysResponse:
+    async def ListApiKeys(
+        self, request: registry_pb2.ListApiKeysRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.ListApiKeysResponse:
         keys = await self._read(lambda c: service.list_api_keys(
             c, tenant_id=request.tenant_id, include_revoked=request.include_revoked))
         return registry_pb2.ListApiKeysResponse(keys=keys)
 
     # ------------------------------------------------------------------ shares
 
-    async def ShareAdapter(self, request: Any, context: Any) -> registry_pb2.ShareAdapterResponse:
+    async def ShareAdapter(
+        self, request: registry_pb2.ShareAdapterRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.ShareAdapterResponse:
         ctx = self._ctx(context)
         changed, grantees = await self._tx(lambda c: service.share_adapter(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
@@ -141,7 +159,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         return registry_pb2.ShareAdapterResponse(changed=changed, grantee_tenant_ids=grantees)
 
     async def UnshareAdapter(
-        self, request: Any, context: Any
+        self, request: registry_pb2.UnshareAdapterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.UnshareAdapterResponse:
         ctx = self._ctx(context)
         changed, grantees = await self._tx(lambda c: service.unshare_adapter(
@@ -151,7 +169,9 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
             self._changed("adapter.unshare", request.tenant_id)
         return registry_pb2.UnshareAdapterResponse(changed=changed, grantee_tenant_ids=grantees)
 
-    async def ListShares(self, request: Any, context: Any) -> registry_pb2.ListSharesResponse:
+    async def ListShares(
+        self, request: registry_pb2.ListSharesRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.ListSharesResponse:
         shares = await self._read(lambda c: service.list_shares(
             c, tenant_id=request.tenant_id, adapter_name=request.adapter_name))
         return registry_pb2.ListSharesResponse(shares=shares)
@@ -159,7 +179,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     # ------------------------------------------------------------------ versions
 
     async def RequestUpload(
-        self, request: Any, context: Any
+        self, request: registry_pb2.RequestUploadRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RequestUploadResponse:
         now = self.clock()
         plan = await self._read(lambda c: service.request_upload(
@@ -175,7 +195,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         return resp
 
     async def RegisterVersion(
-        self, request: Any, context: Any
+        self, request: registry_pb2.RegisterVersionRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RegisterVersionResponse:
         ctx = self._ctx(context)
         stored, created = await self._tx(lambda c: service.register_version(
@@ -185,13 +205,17 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
             self._changed("version.register", stored.tenant_id, stored.base_model)
         return registry_pb2.RegisterVersionResponse(version=stored)
 
-    async def GetVersion(self, request: Any, context: Any) -> registry_pb2.GetVersionResponse:
+    async def GetVersion(
+        self, request: registry_pb2.GetVersionRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.GetVersionResponse:
         version = await self._read(lambda c: service.get_version(
             c, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version))
         return registry_pb2.GetVersionResponse(version=version)
 
-    async def ListVersions(self, request: Any, context: Any) -> registry_pb2.ListVersionsResponse:
+    async def ListVersions(
+        self, request: registry_pb2.ListVersionsRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.ListVersionsResponse:
         versions, token = await self._read(lambda c: service.list_versions(
             c, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             base_model=request.base_model, status=request.status, size=request.page_size,
@@ -200,7 +224,9 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
 
     # ------------------------------------------------------------------ releases
 
-    async def Promote(self, request: Any, context: Any) -> registry_pb2.PromoteResponse:
+    async def Promote(
+        self, request: registry_pb2.PromoteRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.PromoteResponse:
         ctx = self._ctx(context)
         release = await self._tx(lambda c: service.promote(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
@@ -208,7 +234,9 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self._changed("release.promote", release.tenant_id, release.base_model)
         return registry_pb2.PromoteResponse(release=release)
 
-    async def SetCanary(self, request: Any, context: Any) -> registry_pb2.SetCanaryResponse:
+    async def SetCanary(
+        self, request: registry_pb2.SetCanaryRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.SetCanaryResponse:
         ctx = self._ctx(context)
         release = await self._tx(lambda c: service.set_canary(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
@@ -216,22 +244,48 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self._changed("release.canary", release.tenant_id, release.base_model)
         return registry_pb2.SetCanaryResponse(release=release)
 
-    async def PauseCanary(self, request: Any, context: Any) -> registry_pb2.PauseCanaryResponse:
+    async def PauseCanary(
+        self, request: registry_pb2.PauseCanaryRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.PauseCanaryResponse:
         ctx = self._ctx(context)
         release = await self._tx(lambda c: service.pause_canary(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             paused=request.paused, reason=request.reason))
         return registry_pb2.PauseCanaryResponse(release=release)
 
-    async def Rollback(self, request: Any, context: Any) -> registry_pb2.RollbackResponse:
+    async def Rollback(
+        self, request: registry_pb2.RollbackRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.RollbackResponse:
         ctx = self._ctx(context)
         release = await self._tx(lambda c: service.rollback(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
-            to_version=request.to_version, reason=request.reason))
+            to_version=request.to_version, reason=request.reason, withdraw=request.withdraw))
         self._changed("release.rollback", release.tenant_id, release.base_model)
         return registry_pb2.RollbackResponse(release=release)
 
-    async def Retire(self, request: Any, context: Any) -> registry_pb2.RetireResponse:
+    async def ClearCanary(
+        self, request: registry_pb2.ClearCanaryRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.ClearCanaryResponse:
+        ctx = self._ctx(context)
+        release = await self._tx(lambda c: service.clear_canary(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            version=request.version, reason=request.reason))
+        self._changed("release.canary_clear", release.tenant_id, release.base_model)
+        return registry_pb2.ClearCanaryResponse(release=release)
+
+    async def WithdrawVersion(
+        self, request: registry_pb2.WithdrawVersionRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.WithdrawVersionResponse:
+        ctx = self._ctx(context)
+        version = await self._tx(lambda c: service.withdraw_version(
+            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+            version=request.version, reason=request.reason))
+        self._changed("version.withdraw", version.tenant_id, version.base_model)
+        return registry_pb2.WithdrawVersionResponse(version=version)
+
+    async def Retire(
+        self, request: registry_pb2.RetireRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.RetireResponse:
         ctx = self._ctx(context)
         version = await self._tx(lambda c: service.retire(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
@@ -239,14 +293,18 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self._changed("version.retire", version.tenant_id, version.base_model)
         return registry_pb2.RetireResponse(version=version)
 
-    async def GetRelease(self, request: Any, context: Any) -> registry_pb2.GetReleaseResponse:
+    async def GetRelease(
+        self, request: registry_pb2.GetReleaseRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.GetReleaseResponse:
         release = await self._read(lambda c: service.get_release(
             c, tenant_id=request.tenant_id, adapter_name=request.adapter_name))
         return registry_pb2.GetReleaseResponse(release=release)
 
     # ------------------------------------------------------------------ audit
 
-    async def ListAudit(self, request: Any, context: Any) -> registry_pb2.ListAuditResponse:
+    async def ListAudit(
+        self, request: registry_pb2.ListAuditRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.ListAuditResponse:
         since = request.since.ToDatetime(tzinfo=UTC) if request.HasField("since") else None
         until = request.until.ToDatetime(tzinfo=UTC) if request.HasField("until") else None
         entries, token = await self._read(lambda c: audit.list_entries(

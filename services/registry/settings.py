@@ -32,6 +32,12 @@ class RegistrySettings(CommonSettings):
     """Relay poll interval when no ``NOTIFY`` arrives."""
     registry_grace_s: float = Field(default=5.0, ge=0)
     """Grace period for in-flight RPCs on SIGTERM."""
+    registry_canary_clearance: bool = True
+    """``LORAPLANE_REGISTRY_CANARY_CLEARANCE``: a new canary receives no tenant traffic until
+    the cache manager's canary analysis clears it (its golden set passed, or none applies:
+    ``ClearCanary``); only golden-set requests reach it meanwhile. ``false`` where no
+    analysis runs (a cache manager without the operator token): canaries are cleared when
+    set."""
     registry_topic_prefix: str = ""
     """Prefix of every topic the registry publishes to and consumes from (an isolated
     namespace for tests, e.g. ``t1a2b.``); empty in production."""

@@ -192,20 +192,22 @@ class AdapterPromoted(_message.Message):
     def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., previous_stable_version: _Optional[str] = ..., engine_id: _Optional[int] = ...) -> None: ...
 
 class CanaryChanged(_message.Message):
-    __slots__ = ("meta", "canary_version", "percent", "previous", "previous_percent", "engine_id")
+    __slots__ = ("meta", "canary_version", "percent", "previous", "previous_percent", "engine_id", "cleared")
     META_FIELD_NUMBER: _ClassVar[int]
     CANARY_VERSION_FIELD_NUMBER: _ClassVar[int]
     PERCENT_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_PERCENT_FIELD_NUMBER: _ClassVar[int]
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
     meta: _common_pb2.EventMeta
     canary_version: str
     percent: int
     previous: str
     previous_percent: int
     engine_id: int
-    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., canary_version: _Optional[str] = ..., percent: _Optional[int] = ..., previous: _Optional[str] = ..., previous_percent: _Optional[int] = ..., engine_id: _Optional[int] = ...) -> None: ...
+    cleared: bool
+    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., canary_version: _Optional[str] = ..., percent: _Optional[int] = ..., previous: _Optional[str] = ..., previous_percent: _Optional[int] = ..., engine_id: _Optional[int] = ..., cleared: _Optional[bool] = ...) -> None: ...
 
 class RolledBack(_message.Message):
     __slots__ = ("meta", "from_version", "to_version", "engine_id")
@@ -227,17 +229,29 @@ class AdapterRetired(_message.Message):
     engine_id: int
     def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., engine_id: _Optional[int] = ...) -> None: ...
 
+class VersionWithdrawn(_message.Message):
+    __slots__ = ("meta", "engine_id", "reason")
+    META_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    meta: _common_pb2.EventMeta
+    engine_id: int
+    reason: str
+    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., engine_id: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class LifecycleEvent(_message.Message):
-    __slots__ = ("promoted", "canary_changed", "rolled_back", "retired")
+    __slots__ = ("promoted", "canary_changed", "rolled_back", "retired", "withdrawn")
     PROMOTED_FIELD_NUMBER: _ClassVar[int]
     CANARY_CHANGED_FIELD_NUMBER: _ClassVar[int]
     ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
     RETIRED_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
     promoted: AdapterPromoted
     canary_changed: CanaryChanged
     rolled_back: RolledBack
     retired: AdapterRetired
-    def __init__(self, promoted: _Optional[_Union[AdapterPromoted, _Mapping]] = ..., canary_changed: _Optional[_Union[CanaryChanged, _Mapping]] = ..., rolled_back: _Optional[_Union[RolledBack, _Mapping]] = ..., retired: _Optional[_Union[AdapterRetired, _Mapping]] = ...) -> None: ...
+    withdrawn: VersionWithdrawn
+    def __init__(self, promoted: _Optional[_Union[AdapterPromoted, _Mapping]] = ..., canary_changed: _Optional[_Union[CanaryChanged, _Mapping]] = ..., rolled_back: _Optional[_Union[RolledBack, _Mapping]] = ..., retired: _Optional[_Union[AdapterRetired, _Mapping]] = ..., withdrawn: _Optional[_Union[VersionWithdrawn, _Mapping]] = ...) -> None: ...
 
 class LoadAdapter(_message.Message):
     __slots__ = ("target_tier", "pin", "engine_id", "artifact_uri", "sha256", "size_bytes", "rank", "never_evict")

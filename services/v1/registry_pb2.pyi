@@ -42,7 +42,7 @@ class ApiKeyInfo(_message.Message):
     def __init__(self, key_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., prefix: _Optional[str] = ..., description: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AdapterVersion(_message.Message):
-    __slots__ = ("adapter_id", "tenant_id", "name", "version", "base_model", "rank", "format", "target_modules", "artifact_uri", "sha256", "size_bytes", "signature_uri", "signer_identity", "tokenizer_revision", "status", "priority", "engine_id", "created_at", "admitted_at", "reasons", "files", "lora_alpha", "effective_priority")
+    __slots__ = ("adapter_id", "tenant_id", "name", "version", "base_model", "rank", "format", "target_modules", "artifact_uri", "sha256", "size_bytes", "signature_uri", "signer_identity", "tokenizer_revision", "status", "priority", "engine_id", "created_at", "admitted_at", "reasons", "files", "lora_alpha", "effective_priority", "withdrawn_reason")
     ADAPTER_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class AdapterVersion(_message.Message):
     FILES_FIELD_NUMBER: _ClassVar[int]
     LORA_ALPHA_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWN_REASON_FIELD_NUMBER: _ClassVar[int]
     adapter_id: str
     tenant_id: str
     name: str
@@ -89,10 +90,11 @@ class AdapterVersion(_message.Message):
     files: _containers.RepeatedCompositeFieldContainer[_events_pb2.ArtifactFile]
     lora_alpha: float
     effective_priority: _common_pb2.Priority
-    def __init__(self, adapter_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., base_model: _Optional[str] = ..., rank: _Optional[int] = ..., format: _Optional[str] = ..., target_modules: _Optional[_Iterable[str]] = ..., artifact_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., signature_uri: _Optional[str] = ..., signer_identity: _Optional[str] = ..., tokenizer_revision: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.VersionStatus, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., engine_id: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., admitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reasons: _Optional[_Iterable[_Union[_events_pb2.RejectionReason, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[_events_pb2.ArtifactFile, _Mapping]]] = ..., lora_alpha: _Optional[float] = ..., effective_priority: _Optional[_Union[_common_pb2.Priority, str]] = ...) -> None: ...
+    withdrawn_reason: str
+    def __init__(self, adapter_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., base_model: _Optional[str] = ..., rank: _Optional[int] = ..., format: _Optional[str] = ..., target_modules: _Optional[_Iterable[str]] = ..., artifact_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., signature_uri: _Optional[str] = ..., signer_identity: _Optional[str] = ..., tokenizer_revision: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.VersionStatus, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., engine_id: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., admitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reasons: _Optional[_Iterable[_Union[_events_pb2.RejectionReason, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[_events_pb2.ArtifactFile, _Mapping]]] = ..., lora_alpha: _Optional[float] = ..., effective_priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., withdrawn_reason: _Optional[str] = ...) -> None: ...
 
 class ReleasePointers(_message.Message):
-    __slots__ = ("adapter_id", "tenant_id", "adapter_name", "stable_version", "canary_version", "canary_percent", "rollback_to", "updated_at", "base_model", "canary_paused")
+    __slots__ = ("adapter_id", "tenant_id", "adapter_name", "stable_version", "canary_version", "canary_percent", "rollback_to", "updated_at", "base_model", "canary_paused", "canary_cleared")
     ADAPTER_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +105,7 @@ class ReleasePointers(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
     CANARY_PAUSED_FIELD_NUMBER: _ClassVar[int]
+    CANARY_CLEARED_FIELD_NUMBER: _ClassVar[int]
     adapter_id: str
     tenant_id: str
     adapter_name: str
@@ -113,7 +116,8 @@ class ReleasePointers(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     base_model: str
     canary_paused: bool
-    def __init__(self, adapter_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., stable_version: _Optional[str] = ..., canary_version: _Optional[str] = ..., canary_percent: _Optional[int] = ..., rollback_to: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., base_model: _Optional[str] = ..., canary_paused: _Optional[bool] = ...) -> None: ...
+    canary_cleared: bool
+    def __init__(self, adapter_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., stable_version: _Optional[str] = ..., canary_version: _Optional[str] = ..., canary_percent: _Optional[int] = ..., rollback_to: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., base_model: _Optional[str] = ..., canary_paused: _Optional[bool] = ..., canary_cleared: _Optional[bool] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
     __slots__ = ("id", "at", "actor", "action", "subject", "before_json", "after_json")
@@ -437,17 +441,55 @@ class PauseCanaryResponse(_message.Message):
     release: ReleasePointers
     def __init__(self, release: _Optional[_Union[ReleasePointers, _Mapping]] = ...) -> None: ...
 
+class ClearCanaryRequest(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "version", "reason")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    version: str
+    reason: str
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., version: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ClearCanaryResponse(_message.Message):
+    __slots__ = ("release",)
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    release: ReleasePointers
+    def __init__(self, release: _Optional[_Union[ReleasePointers, _Mapping]] = ...) -> None: ...
+
 class RollbackRequest(_message.Message):
-    __slots__ = ("tenant_id", "adapter_name", "to_version", "reason")
+    __slots__ = ("tenant_id", "adapter_name", "to_version", "reason", "withdraw")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
     TO_VERSION_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAW_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     adapter_name: str
     to_version: str
     reason: str
-    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., to_version: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    withdraw: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., to_version: _Optional[str] = ..., reason: _Optional[str] = ..., withdraw: _Optional[bool] = ...) -> None: ...
+
+class WithdrawVersionRequest(_message.Message):
+    __slots__ = ("tenant_id", "adapter_name", "version", "reason")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    adapter_name: str
+    version: str
+    reason: str
+    def __init__(self, tenant_id: _Optional[str] = ..., adapter_name: _Optional[str] = ..., version: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WithdrawVersionResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: AdapterVersion
+    def __init__(self, version: _Optional[_Union[AdapterVersion, _Mapping]] = ...) -> None: ...
 
 class RollbackResponse(_message.Message):
     __slots__ = ("release",)

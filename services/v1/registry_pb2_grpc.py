@@ -115,10 +115,20 @@ class RegistryAdminStub:
                 request_serializer=loraplane_dot_v1_dot_registry__pb2.PauseCanaryRequest.SerializeToString,
                 response_deserializer=loraplane_dot_v1_dot_registry__pb2.PauseCanaryResponse.FromString,
                 _registered_method=True)
+        self.ClearCanary = channel.unary_unary(
+                '/loraplane.v1.RegistryAdmin/ClearCanary',
+                request_serializer=loraplane_dot_v1_dot_registry__pb2.ClearCanaryRequest.SerializeToString,
+                response_deserializer=loraplane_dot_v1_dot_registry__pb2.ClearCanaryResponse.FromString,
+                _registered_method=True)
         self.Rollback = channel.unary_unary(
                 '/loraplane.v1.RegistryAdmin/Rollback',
                 request_serializer=loraplane_dot_v1_dot_registry__pb2.RollbackRequest.SerializeToString,
                 response_deserializer=loraplane_dot_v1_dot_registry__pb2.RollbackResponse.FromString,
+                _registered_method=True)
+        self.WithdrawVersion = channel.unary_unary(
+                '/loraplane.v1.RegistryAdmin/WithdrawVersion',
+                request_serializer=loraplane_dot_v1_dot_registry__pb2.WithdrawVersionRequest.SerializeToString,
+                response_deserializer=loraplane_dot_v1_dot_registry__pb2.WithdrawVersionResponse.FromString,
                 _registered_method=True)
         self.Retire = channel.unary_unary(
                 '/loraplane.v1.RegistryAdmin/Retire',
@@ -269,8 +279,25 @@ class RegistryAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClearCanary(self, request, context):
+        """Clear the adapter's canary for tenant traffic (the canary analysis, once its golden set
+        passed; audited): until then the gateways route only golden-set requests to it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Rollback(self, request, context):
         """Move the stable pointer back (to rollback_to or a given version).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WithdrawVersion(self, request, context):
+        """Take a failing version out of serving when there is no version to fall back to (the
+        canary analysis; audited): the gateways refuse its requests, naming the withdrawal,
+        until a person promotes a version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -401,10 +428,20 @@ def add_RegistryAdminServicer_to_server(servicer, server):
                     request_deserializer=loraplane_dot_v1_dot_registry__pb2.PauseCanaryRequest.FromString,
                     response_serializer=loraplane_dot_v1_dot_registry__pb2.PauseCanaryResponse.SerializeToString,
             ),
+            'ClearCanary': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearCanary,
+                    request_deserializer=loraplane_dot_v1_dot_registry__pb2.ClearCanaryRequest.FromString,
+                    response_serializer=loraplane_dot_v1_dot_registry__pb2.ClearCanaryResponse.SerializeToString,
+            ),
             'Rollback': grpc.unary_unary_rpc_method_handler(
                     servicer.Rollback,
                     request_deserializer=loraplane_dot_v1_dot_registry__pb2.RollbackRequest.FromString,
                     response_serializer=loraplane_dot_v1_dot_registry__pb2.RollbackResponse.SerializeToString,
+            ),
+            'WithdrawVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawVersion,
+                    request_deserializer=loraplane_dot_v1_dot_registry__pb2.WithdrawVersionRequest.FromString,
+                    response_serializer=loraplane_dot_v1_dot_registry__pb2.WithdrawVersionResponse.SerializeToString,
             ),
             'Retire': grpc.unary_unary_rpc_method_handler(
                     servicer.Retire,
@@ -881,6 +918,33 @@ class RegistryAdmin:
             _registered_method=True)
 
     @staticmethod
+    def ClearCanary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loraplane.v1.RegistryAdmin/ClearCanary',
+            loraplane_dot_v1_dot_registry__pb2.ClearCanaryRequest.SerializeToString,
+            loraplane_dot_v1_dot_registry__pb2.ClearCanaryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Rollback(request,
             target,
             options=(),
@@ -897,6 +961,33 @@ class RegistryAdmin:
             '/loraplane.v1.RegistryAdmin/Rollback',
             loraplane_dot_v1_dot_registry__pb2.RollbackRequest.SerializeToString,
             loraplane_dot_v1_dot_registry__pb2.RollbackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WithdrawVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loraplane.v1.RegistryAdmin/WithdrawVersion',
+            loraplane_dot_v1_dot_registry__pb2.WithdrawVersionRequest.SerializeToString,
+            loraplane_dot_v1_dot_registry__pb2.WithdrawVersionResponse.FromString,
             options,
             channel_credentials,
             insecure,
