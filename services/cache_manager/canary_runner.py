@@ -29,11 +29,21 @@ stable is unchanged.
 (:func:`~loraplane.cache_manager.canary_analysis.decide_stable`, against the rest of its
 base model's stable traffic): a failing one is rolled back through the registry's
 ``Rollback`` (audited with the figures, ``RolledBack`` event: the gateways route to the
-target) and demoted everywhere; with no target it is *withdrawn*: demoted everywhere and
-kept from loading while it stays the stable pointer (its requests follow their class's
-cold-start budget), logged, counted and in the decision log, but not in the registry's
-audit (it has no RPC for it). The versions it took out are kept in memory for the
-leadership (a rollback never returns to one of them).
+target; ``withdraw``: the version rolled back from is withdrawn in the same transaction) and
+demoted everywhere; with no target it is *withdrawn* through ``WithdrawVersion`` (audited
+``version.withdraw`` with the figures, ``VersionWithdrawn`` event: the gateways refuse its
+requests naming the withdrawal), demoted everywhere and kept from loading while it stays
+the stable pointer. The registry keeps the withdrawals (``adapter_versions.
+withdrawn_reason``), and the runner reads them at takeover and every stable tick: a new
+leader neither forgets one (the version stays out, no rollback returns to it) nor takes
+the step again; a person who promotes the version again ends its withdrawal.
+
+Canary clearance: a new canary receives no tenant traffic until the runner clears it
+(``ClearCanary``, audited, ``CanaryChanged`` with ``cleared``) once its golden set has
+answered within the rule's failures and no run of it is in flight (at the first tick when
+no golden set applies). The gateways
+send it golden-set requests only until then; a canary that fails its golden set is aborted
+without ever having served a tenant.
 """
 
 from __future__ import annotations
@@ -107,6 +117,14 @@ class RunStore(Protocol):
     async def paused(self) -> set[str]:
         """Adapter ids whose canary an operator paused (the registry's ``canary_paused``)."""
 
+    async def uncleared(self) -> set[str]:
+        """Adapter ids whose canary is not cleared for tenant traffic yet (the registry's
+        ``canary_cleared``)."""
+
+    async def withdrawn(self) -> dict[str, str]:
+        """Version id → reason of the versions the analysis withdrew (the registry's
+        ``withdrawn_reason``: it survives restarts and leader changes)."""
+
 
 class PgRunStore:
     """:class:`RunStore` on the ``canary_runs`` table of one deployment."""
@@ -151,6 +169,18 @@ class PgRunStore:
                                     "WHERE canary_paused AND canary_version IS NOT NULL")
         return {r["adapter_id"] for r in rows}
 
+    async def uncleared(self) -> set[str]:
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT adapter_id FROM release_pointers "
+                                    "WHERE NOT canary_cleared AND canary_version IS NOT NULL")
+        return {r["adapter_id"] for r in rows}
+
+    async def withdrawn(self) -> dict[str, str]:
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT adapter_id, version, withdrawn_reason "
+                                    "FROM adapter_versions WHERE withdrawn_reason <> ''")
+        return {f"{r['adapter_id']}@{r['version']}": r["withdrawn_reason"] for r in rows}
+
 
 class RegistryActions(Protocol):
     """The registry operations the runner uses (every one audited by the registry)."""
@@ -171,7 +201,16 @@ class RegistryActions(Protocol):
 
     async def rollback(self, tenant_id: str, adapter_name: str, to_version: str,
                        reason: str) -> None:
-        """``Rollback``: make ``to_version`` stable again."""
+        """``Rollback``: make ``to_version`` stable again, withdrawing the version rolled
+        back from (no rollback returns to it)."""
+
+    async def withdraw(self, tenant_id: str, adapter_name: str, version: str,
+                       reason: str) -> None:
+        """``WithdrawVersion``: take a failing version with nothing to fall back to out."""
+
+    async def clear(self, tenant_id: str, adapter_name: str, version: str,
+                    reason: str) -> None:
+        """``ClearCanary``: let the canary receive tenant traffic (its golden set passed)."""
 
 
 class GrpcRegistryActions:
@@ -228,7 +267,21 @@ class GrpcRegistryActions:
                        reason: str) -> None:
         await self._stub().Rollback(
             registry_pb2.RollbackRequest(tenant_id=tenant_id, adapter_name=adapter_name,
-                                         to_version=to_version, reason=reason),
+                                         to_version=to_version, reason=reason, withdraw=True),
+            metadata=self._metadata, timeout=self.timeout_s)
+
+    async def withdraw(self, tenant_id: str, adapter_name: str, version: str,
+                       reason: str) -> None:
+        await self._stub().WithdrawVersion(
+            registry_pb2.WithdrawVersionRequest(tenant_id=tenant_id, adapter_name=adapter_name,
+                                                version=version, reason=reason),
+            metadata=self._metadata, timeout=self.timeout_s)
+
+    async def clear(self, tenant_id: str, adapter_name: str, version: str,
+                    reason: str) -> None:
+        await self._stub().ClearCanary(
+            registry_pb2.ClearCanaryRequest(tenant_id=tenant_id, adapter_name=adapter_name,
+                                            version=version, reason=reason),
             metadata=self._metadata, timeout=self.timeout_s)
 
 
@@ -261,7 +314,8 @@ class CanaryRunner:
         self.stable_last: dict[str, StableDecision] = {}
         """The latest stable decision per adapter id."""
         self.withdrawn: dict[str, str] = {}
-        """Version id → decision id of the stable versions the analysis took out."""
+        """Version id → reason of the versions the analysis took out (withdrawn, or rolled
+        back from), as the registry holds them (read again every stable tick)."""
         self.on_withdraw: Callable[[str, float, str], None] = lambda _vid, _now, _d: None
         """Called with a failing stable version id (the service demotes it everywhere and
         keeps it from loading), the time and the decision's detail."""
@@ -272,12 +326,13 @@ class CanaryRunner:
         self.prewarm: Callable[[State, str], PrewarmStatus | None] = lambda _s, _vid: None
         """A staged canary version's prewarm schedule and where it stands (None: none;
         the service wires :func:`loraplane.cache_manager.prewarm.status`)."""
-        self._held: set[str] = set()
-        """Withdrawn versions still the stable pointer: kept out of HOT every tick."""
+        self.cleared: list[str] = []
+        """Adapter ids whose canary this leadership cleared for tenant traffic."""
 
     async def start(self) -> None:
-        """Load the durable runs (takeover)."""
+        """Load the durable runs and the withdrawn versions (takeover)."""
         self.runs = await self.store.load()
+        self.withdrawn = await self.store.withdrawn()
 
     def watched(self, state: State) -> set[str]:
         """Version ids whose events the window keeps: every canary and every stable."""
@@ -340,6 +395,7 @@ class CanaryRunner:
         await self._sync_runs(state, now)
         self.window.keep(self.watched(state))
         paused = await self.store.paused() if self.runs else set()
+        uncleared = await self.store.uncleared() if self.runs else set()
         taken: list[Decision] = []
         for adapter_id, run in list(self.runs.items()):
             if run.paused != (adapter_id in paused):
@@ -349,11 +405,35 @@ class CanaryRunner:
             decision = decide(self.snapshot(state, adapter_id, run, now),
                               self.rules_for(tenant, name), now)
             self.last[adapter_id] = decision
+            if adapter_id in uncleared and decision.action is not Action.ABORT:
+                await self._clear(state, adapter_id, run, now)
             if not decision.acts or decision.decision_id == run.last_decision_id:
                 continue
             if await self._apply(decision, run, now):
                 taken.append(decision)
         return taken
+
+    async def _clear(self, state: State, adapter_id: str, run: Run, now: float) -> None:
+        """Clear a canary for tenant traffic once its golden set passed (at once when none
+        applies): until then the gateways send it golden-set requests only."""
+        tenant, _, name = adapter_id.partition("/")
+        vid = version_id(tenant, name, run.version)
+        if (state.pointers[adapter_id].canary != run.version or vid not in state.versions
+                or self.golden_pending(vid)):
+            return
+        rules = self.rules_for(tenant, name)
+        fig = self.window.figures(vid, now - rules.window_s, now)
+        if fig.golden_failed > rules.golden_max_failures:
+            return  # the analysis aborts it
+        figures = {"action": "clear", "reason": "golden_set_passed" if fig.golden_ok
+                   else "no_golden_set", "from_percent": run.percent,
+                   "to_percent": run.percent,
+                   "canary": {"version": run.version, **fig.as_dict()}}
+        await self.actions.clear(tenant, name, run.version, REASON_PREFIX + json.dumps(
+            figures, sort_keys=True, separators=(",", ":")))
+        self.cleared.append(adapter_id)
+        log.info("canary %s@%s cleared for tenant traffic (%s)", adapter_id, run.version,
+                 figures["reason"])
 
     def stable_snapshots(self, state: State, now: float) -> list[StableSnapshot]:
         """The stable analysis' input: one per adapter with a stable version, its reference
@@ -390,36 +470,34 @@ class CanaryRunner:
     async def tick_stable(self, state: State, now: float) -> list[StableDecision]:
         """Judge every stable version; roll back or withdraw the failing ones. Returns the
         steps taken (a withdrawn version is kept out while it stays stable, silently)."""
-        stable_vids: set[str] = set()
+        self.withdrawn = await self.store.withdrawn()
         taken: list[StableDecision] = []
         for snap in self.stable_snapshots(state, now):
             tenant, _, name = snap.adapter_id.partition("/")
             vid = version_id(tenant, name, snap.stable_version)
-            stable_vids.add(vid)
-            if vid in self._held:
-                # taken out already (rollback pending in the pointers, or no target): keep
-                # it out of HOT while it is the stable pointer
-                self.on_withdraw(vid, now, "stable withdrawn by the analysis")
+            if vid in self.withdrawn:
+                # taken out already (by this leader or an earlier one; a rollback may still
+                # be on its way to the pointers): keep it out of HOT while it is stable.
+                # Made stable again by a person, the registry forgets the withdrawal and
+                # it is judged afresh.
+                self.on_withdraw(vid, now, self.withdrawn[vid])
                 continue
             d = decide_stable(snap, self.rules_for(tenant, name), now)
             self.stable_last[snap.adapter_id] = d
             if not d.acts:
                 continue
+            if await self.actions.stable_of(tenant, name) != d.stable_version:
+                continue  # someone moved the pointer meanwhile
             if d.action is StableAction.ROLLBACK:
-                if await self.actions.stable_of(tenant, name) != d.stable_version:
-                    continue  # someone moved the pointer meanwhile
                 await self.actions.rollback(tenant, name, d.to_version, reason_text(d))
-            self.withdrawn[vid] = d.decision_id
-            self._held.add(vid)
+            else:
+                await self.actions.withdraw(tenant, name, d.stable_version, reason_text(d))
+            self.withdrawn[vid] = d.detail
             self.on_withdraw(vid, now, d.detail)
             log.warning("stable %s@%s: %s (%s): %s", d.adapter_id, d.stable_version,
                         d.action.value, d.reason.value, d.detail)
             self.on_stable_step(d)
             taken.append(d)
-        # a version no longer stable (rolled back, or an operator released another) is no
-        # longer held out (its block time still runs); made stable again by a person, it
-        # is judged afresh
-        self._held &= stable_vids
         return taken
 
     async def _apply(self, d: Decision, run: Run, now: float) -> bool:

@@ -106,3 +106,88 @@ async def test_failing_stable_is_rolled_back_once_through_the_registry_audited(
     assert fig["stable"]["version"] == "v2" and fig["stable"]["errors"] == 12
     assert fig["reference"]["requests"] == 200
     print(f"[measure] stable rollback: {fig['detail']}")
+
+
+async def test_a_withdrawal_is_audited_kept_by_the_registry_across_a_leader_change(
+    registry: Registry, unique: str
+) -> None:
+    """A failing stable version with no version to fall back to is withdrawn through the
+    registry (``version.withdraw`` by ``system/canary-analysis`` with the figures, the
+    version's ``withdrawn_reason``, a ``VersionWithdrawn`` event). A new leader (a fresh
+    runner on the same database, its window empty, the same failures replayed) neither
+    forgets the withdrawal (the version stays out) nor takes the step again; a person who
+    promotes the version again ends it."""
+    tid = await registry.tenant(unique)
+    name, other = "solo", "faq"
+    await registry.admitted(tid, name, "v1")
+    await registry.admitted(tid, other, "v1")
+    for adapter in (name, other):
+        await registry.call("Promote", R.PromoteRequest(tenant_id=tid, adapter_name=adapter,
+                                                        version="v1", reason="test"))
+    state = State()
+    for adapter in (name, other):
+        state.set_pointers(f"{tid}/{adapter}", await pointers(registry, tid, adapter))
+    assert state.pointers[f"{tid}/{name}"].rollback_target == ""
+    assert registry.app.pool is not None
+    deployment = f"cm-test-{unique}"
+    vid = f"{tid}/{name}@v1"
+
+    def leader(actions: GrpcRegistryActions) -> tuple[CanaryRunner, list[str]]:
+        assert registry.app.pool is not None
+        runner = CanaryRunner(lambda _t, _a: RULES, actions,
+                              PgRunStore(registry.app.pool, deployment), CanaryWindow())
+        held: list[str] = []
+        runner.on_withdraw = lambda v, _now, _detail: held.append(v)
+        return runner, held
+
+    def failing(runner: CanaryRunner, now: float, tag: str) -> None:
+        for batch in (completions(tid, other, "v1", 200, tag=tag),
+                      completions(tid, name, "v1", 30, failed=12, tag=tag)):
+            observe(runner.window, batch, ApplyResult(Applied()), now)
+
+    actions = GrpcRegistryActions(registry.app.address, TOKEN)
+    try:
+        first, held = leader(actions)
+        await first.start()
+        now = time.time()
+        failing(first, now, "a")
+        taken = await first.tick_stable(state, now + 1)
+        assert [(d.action, d.reason) for d in taken] == [
+            (StableAction.WITHDRAW, Reason.STABLE_ERROR_RATE)]
+        assert held == [vid]
+        # the leader changes: the first one is gone, a new one takes over
+        second, held2 = leader(actions)
+        await second.start()
+        assert vid in second.withdrawn
+        failing(second, now + 2, "b")  # the consumed events replayed to the new leader
+        assert await second.tick_stable(state, now + 3) == []
+        assert held2 == [vid]  # kept out of HOT, no second step
+    finally:
+        await actions.close()
+    version = (await registry.call("GetVersion", R.GetVersionRequest(
+        tenant_id=tid, adapter_name=name, version="v1"))).version  # type: ignore[attr-defined]
+    assert "no version to roll back to" in version.withdrawn_reason
+    entries = (await registry.call("ListAudit", R.ListAuditRequest(
+        subject_prefix=f"{tid}/{name}", page_size=50))).entries  # type: ignore[attr-defined]
+    steps = [e for e in entries if e.actor == ACTOR]
+    assert [e.action for e in steps] == ["version.withdraw"]
+    reason = json.loads(steps[0].after_json)["reason"]
+    fig = json.loads(reason[len(REASON_PREFIX):])
+    assert (fig["action"], fig["reason"]) == ("withdraw", "stable_error_rate")
+    assert fig["stable"]["errors"] == 12 and fig["reference"]["requests"] == 200
+    events = await registry.read("adapter.lifecycle", lambda evs: any(
+        e.WhichOneof("event") == "withdrawn" and e.withdrawn.meta.adapter.tenant_id == tid
+        for e in evs))
+    withdrawn = [e.withdrawn for _, e, _ in events if e.WhichOneof("event") == "withdrawn"
+                 and e.withdrawn.meta.adapter.tenant_id == tid]
+    assert [(w.meta.adapter.version, w.reason.startswith(REASON_PREFIX)) for w in withdrawn] \
+        == [("v1", True)]
+    # a person promotes it again (the stable pointer does not move): the withdrawal ends
+    await registry.call("Promote", R.PromoteRequest(tenant_id=tid, adapter_name=name,
+                                                    version="v1", reason="fixed upstream"))
+    version = (await registry.call("GetVersion", R.GetVersionRequest(
+        tenant_id=tid, adapter_name=name, version="v1"))).version  # type: ignore[attr-defined]
+    assert version.withdrawn_reason == ""
+    assert vid not in await PgRunStore(registry.app.pool, deployment).withdrawn()
+    print(f"[measure] withdraw: {fig['detail']}; one version.withdraw entry across the "
+          "leader change; promoted again by a person: withdrawal ended")

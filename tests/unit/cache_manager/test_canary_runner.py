@@ -9,7 +9,14 @@ from loraplane.cache_manager.canary_analysis import Action, AnalysisRules, Reaso
 from loraplane.cache_manager.canary_runner import REASON_PREFIX, CanaryRunner, Run, observe
 from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import ApplyResult
-from loraplane.cache_manager.model import CommandKind, CommandSpec, Pointers
+from loraplane.cache_manager.model import (
+    CommandKind,
+    CommandSpec,
+    Pointers,
+    Ref,
+    Status,
+    VersionRecord,
+)
 from loraplane.cache_manager.state import Applied, Outcome, State
 from loraplane.cache_manager.tracker import Pending, Resolution
 from loraplane.shared.topics import new_meta
@@ -50,9 +57,24 @@ class FakeRegistry:
     async def rollback(self, tenant_id: str, adapter_name: str, to_version: str,
                        reason: str) -> None:
         self.calls.append(("rollback", to_version, reason))
+        self.withdrawn[f"{tenant_id}/{adapter_name}@{self.stable}"] = reason
         self.previous, self.stable = self.stable, to_version
 
+    async def withdraw(self, tenant_id: str, adapter_name: str, version: str,
+                       reason: str) -> None:
+        self.calls.append(("withdraw", version, reason))
+        self.withdrawn[f"{tenant_id}/{adapter_name}@{version}"] = reason
+
+    async def clear(self, tenant_id: str, adapter_name: str, version: str,
+                    reason: str) -> None:
+        self.calls.append(("clear", version, reason))
+        self.uncleared.discard(f"{tenant_id}/{adapter_name}")
+
     previous: str = ""
+    withdrawn: dict[str, str] = field(default_factory=dict)
+    """Version id → reason (the registry's ``withdrawn_reason``)."""
+    uncleared: set[str] = field(default_factory=set)
+    """Adapter ids whose canary is not cleared (the registry's ``canary_cleared``)."""
 
     def pointers(self) -> Pointers:
         return Pointers(stable=self.stable, canary=self.canary, canary_percent=self.percent,
@@ -63,9 +85,17 @@ class FakeRegistry:
 class MemStore:
     rows: dict[str, Run] = field(default_factory=dict)
     paused_ids: set[str] = field(default_factory=set)
+    reg: FakeRegistry | None = None
+    """The registry whose tables the store reads (withdrawals, clearance)."""
 
     async def paused(self) -> set[str]:
         return set(self.paused_ids)
+
+    async def uncleared(self) -> set[str]:
+        return set(self.reg.uncleared) if self.reg is not None else set()
+
+    async def withdrawn(self) -> dict[str, str]:
+        return dict(self.reg.withdrawn) if self.reg is not None else {}
 
     async def load(self) -> dict[str, Run]:
         return dict(self.rows)
@@ -277,7 +307,7 @@ def stable_setup(reg: FakeRegistry) -> tuple[CanaryRunner, State, list[tuple[str
     state = State()
     state.set_pointers(ADAPTER, reg.pointers())
     state.set_pointers(OTHER, Pointers(stable="v9"))
-    runner = CanaryRunner(lambda _t, _a: RULES, reg, MemStore(), CanaryWindow())
+    runner = CanaryRunner(lambda _t, _a: RULES, reg, MemStore(reg=reg), CanaryWindow())
     out: list[tuple[str, str]] = []
     runner.on_withdraw = lambda vid, _now, detail: out.append((vid, detail))
     serve(runner, "acme/chat@v9", T0, 200, tag="ref")
@@ -307,7 +337,8 @@ async def test_failing_stable_is_rolled_back_once_through_the_registry_and_demot
     serve(runner, "acme/code@v0", T0 + 6, 5, ok=False)
     taken = await runner.tick_stable(state, T0 + 7)
     assert [(d.action, d.stable_version) for d in taken] == [(StableAction.WITHDRAW, "v0")]
-    assert len(reg.calls) == 1  # a withdraw has no registry call
+    assert [c[:2] for c in reg.calls] == [("rollback", "v0"), ("withdraw", "v0")]
+    assert reg.calls[1][2].startswith(REASON_PREFIX) and '"action":"withdraw"' in reg.calls[1][2]
     assert withdrawn[-1][0] == "acme/code@v0"
 
 
@@ -316,11 +347,22 @@ async def test_failing_stable_without_a_target_is_withdrawn_while_it_stays_stabl
     runner, state, withdrawn = stable_setup(reg)
     serve(runner, STABLE, T0 + 1, 6, ok=False)
     taken = await runner.tick_stable(state, T0 + 2)
-    assert [d.action for d in taken] == [StableAction.WITHDRAW] and reg.calls == []
+    assert [d.action for d in taken] == [StableAction.WITHDRAW]
+    # audited through the registry with the figures (it keeps the withdrawal)
+    assert [c[:2] for c in reg.calls] == [("withdraw", "v1")]
+    assert '"errors":6' in reg.calls[0][2] and '"reason":"stable_error_rate"' in reg.calls[0][2]
     assert "no version to roll back to" in withdrawn[0][1]
     for t in (3, 4):  # held out every tick, one step only
         assert await runner.tick_stable(state, T0 + t) == []
     assert [v for v, _ in withdrawn] == [STABLE] * 3
+    # a new leader (fresh runner, empty window, the same failures replayed) reads the
+    # withdrawal from the registry: it keeps the version out and takes no second step
+    second, _, again = stable_setup(reg)
+    await second.start()
+    assert STABLE in second.withdrawn
+    serve(second, STABLE, T0 + 3, 6, ok=False, tag="replayed")
+    assert await second.tick_stable(state, T0 + 4) == []
+    assert len(reg.calls) == 1 and [v for v, _ in again] == [STABLE]
     # an operator releases another version: the old one is no longer held out
     state.set_pointers(ADAPTER, Pointers(stable="v2", previous_stable="v1"))
     assert await runner.tick_stable(state, T0 + 5) == []
@@ -343,3 +385,63 @@ async def test_fleet_wide_failures_roll_nothing_back_and_a_moved_pointer_is_left
     reg2.stable = "v2"
     assert await runner2.tick_stable(state2, T0 + 2) == []
     assert reg2.calls == [] and withdrawn2 == []
+
+
+# --------------------------------------------------------------------------- clearance
+
+
+async def test_a_canary_is_cleared_for_tenant_traffic_only_once_its_golden_set_passed() -> None:
+    reg, store = FakeRegistry(percent=20), MemStore()
+    reg.uncleared.add(ADAPTER)
+    store.reg = reg
+    runner, state = make(reg, store)
+    state.versions[CANARY] = _record(CANARY)
+    pending = {CANARY}
+    runner.golden_pending = lambda vid: vid in pending
+    await runner.start()
+    await runner.tick(state, T0)
+    assert reg.calls == []  # its golden set has not answered: not cleared
+    runner.window.golden(CANARY, T0 + 1, ok=2, failed=0)
+    pending.clear()
+    await runner.tick(state, T0 + 2)
+    assert [c[:2] for c in reg.calls] == [("clear", "v2")]
+    assert reg.calls[0][2].startswith(REASON_PREFIX)
+    assert '"reason":"golden_set_passed"' in reg.calls[0][2] and '"golden_ok":2' in reg.calls[0][2]
+    await runner.tick(state, T0 + 3)
+    assert len(reg.calls) == 1 and runner.cleared == [ADAPTER]  # once
+
+
+async def test_a_canary_failing_its_golden_set_is_aborted_never_cleared() -> None:
+    reg, store = FakeRegistry(percent=20), MemStore()
+    reg.uncleared.add(ADAPTER)
+    store.reg = reg
+    runner, state = make(reg, store)
+    state.versions[CANARY] = _record(CANARY)
+    runner.golden_pending = lambda vid: not runner.window.golden_seen(vid)
+    await runner.start()
+    await runner.tick(state, T0)  # the stage starts; golden pending: not cleared
+    runner.window.golden(CANARY, T0 + 1, ok=1, failed=1, error="answer diverges")
+    taken = await runner.tick(state, T0 + 2)
+    assert [(d.action, d.reason) for d in taken] == [(Action.ABORT, Reason.GOLDEN_SET_FAILED)]
+    assert [c[0] for c in reg.calls] == ["set_share"] and ADAPTER in reg.uncleared
+
+
+async def test_a_canary_without_a_golden_set_is_cleared_at_the_first_tick() -> None:
+    reg, store = FakeRegistry(percent=20), MemStore()
+    reg.uncleared.add(ADAPTER)
+    store.reg = reg
+    runner, state = make(reg, store)
+    await runner.start()
+    await runner.tick(state, T0)
+    assert reg.calls == []  # its version record is not known yet: nothing to judge
+    state.versions[CANARY] = _record(CANARY)
+    await runner.tick(state, T0 + 1)
+    assert [c[:2] for c in reg.calls] == [("clear", "v2")]
+    assert '"reason":"no_golden_set"' in reg.calls[0][2]
+
+
+def _record(vid: str) -> VersionRecord:
+    tenant, _, rest = vid.partition("/")
+    name, _, version = rest.partition("@")
+    return VersionRecord(Ref(tenant, name, version, "loraplane/tiny-llama"), Status.CANARY,
+                         engine_id=12)
