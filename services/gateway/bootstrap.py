@@ -48,6 +48,7 @@ def version_info(v: registry_pb2.AdapterVersion) -> VersionInfo:
         artifact_uri=v.artifact_uri,
         size_bytes=v.size_bytes,
         status=v.status,
+        withdrawn=v.withdrawn_reason,
     )
 
 
@@ -87,7 +88,8 @@ async def bootstrap_catalog(
         catalog.set_release(
             tenant_id, name,
             stable=rel.stable_version, canary=rel.canary_version,
-            canary_percent=int(rel.canary_percent), base_model=rel.base_model,
+            canary_percent=int(rel.canary_percent), canary_cleared=rel.canary_cleared,
+            base_model=rel.base_model,
             at=rel.updated_at.seconds + rel.updated_at.nanos / 1e9,
         )
     return len(names)

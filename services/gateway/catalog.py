@@ -68,6 +68,8 @@ class VersionInfo:
     """Artifact size."""
     status: int = common_pb2.VERSION_STATUS_UNSPECIFIED
     """Registry status as last seen."""
+    withdrawn: str = ""
+    """Why the canary analysis withdrew it ("" = not withdrawn): its requests are refused."""
 
     @property
     def complete(self) -> bool:
@@ -102,6 +104,7 @@ class VersionInfo:
             artifact_uri=other.artifact_uri or self.artifact_uri,
             size_bytes=other.size_bytes or self.size_bytes,
             status=status,
+            withdrawn=other.withdrawn or self.withdrawn,
         )
 
 
@@ -203,6 +206,7 @@ class AdapterCatalog:
         stable: str,
         canary: str = "",
         canary_percent: int = 0,
+        canary_cleared: bool = True,
         base_model: str = "",
         at: float = 0.0,
     ) -> bool:
@@ -213,7 +217,8 @@ class AdapterCatalog:
         adapter = self._adapter(tenant_id, name)
         if at < adapter.updated_at:
             return False
-        adapter.release = ReleaseView(tenant_id, name, stable, canary, canary_percent)
+        adapter.release = ReleaseView(tenant_id, name, stable, canary, canary_percent,
+                                      canary_cleared)
         adapter.updated_at = at
         if base_model:
             adapter.base_model = base_model
@@ -225,6 +230,15 @@ class AdapterCatalog:
             return
         adapter.release = replace(adapter.release, **changes)  # type: ignore[arg-type]
         adapter.updated_at = at
+
+    def set_withdrawn(self, tenant_id: str, name: str, version: str, reason: str) -> None:
+        """Mark a version withdrawn by the canary analysis (``reason`` "" ends it)."""
+        adapter = self._adapter(tenant_id, name)
+        info = adapter.versions.get(version)
+        if info is not None:
+            adapter.versions[version] = replace(info, withdrawn=reason)
+        elif reason:
+            adapter.versions[version] = VersionInfo(tenant_id, name, version, withdrawn=reason)
 
     def apply_lifecycle(self, event: events_pb2.LifecycleEvent) -> None:
         """Apply one ``adapter.lifecycle`` event."""
@@ -245,6 +259,7 @@ class AdapterCatalog:
             canary = "" if release.canary == ref.version else release.canary
             percent = 0 if not canary else release.canary_percent
             self._pointers(t, n, at, stable=ref.version, canary=canary, canary_percent=percent)
+            self.set_withdrawn(t, n, ref.version, "")  # a person made it stable again
             if ref.base_model:
                 self._adapter(t, n).base_model = ref.base_model
         elif arm == "canary_changed":
@@ -255,10 +270,16 @@ class AdapterCatalog:
             self._pointers(
                 t, n, at, canary=inner.canary_version,
                 canary_percent=int(inner.percent) if inner.canary_version else 0,
+                canary_cleared=inner.cleared or not inner.canary_version,
             )
+            if inner.canary_version and inner.previous != inner.canary_version:
+                self.set_withdrawn(t, n, inner.canary_version, "")
         elif arm == "rolled_back":
             self.upsert_version(VersionInfo(t, n, inner.to_version, ref.base_model, inner.engine_id))
             self._pointers(t, n, at, stable=inner.to_version)
+            self.set_withdrawn(t, n, inner.to_version, "")
+        elif arm == "withdrawn":
+            self.set_withdrawn(t, n, ref.version, inner.reason or "withdrawn")
         elif arm == "retired":
             self.upsert_version(
                 VersionInfo(t, n, ref.version, ref.base_model, inner.engine_id,

@@ -80,6 +80,30 @@ class VersionNotReady(Unavailable):
     code = "version_not_ready"
 
 
+class VersionWithdrawn(FailedPrecondition):
+    """The canary analysis withdrew the resolved (stable) version: its requests failed
+    after load and there is no version to fall back to. Not retriable until its owner
+    promotes a version (``loraplane promote`` / ``rollback``)."""
+
+    code = "version_withdrawn"
+
+
+def withdrawal_detail(reason: str) -> str:
+    """The short account of a withdrawal: the ``detail`` of the analysis' figures (the
+    reason is ``canary-analysis {json}``), else the reason itself (at most 300 chars)."""
+    import json
+
+    start = reason.find("{")
+    if start >= 0:
+        try:
+            detail = json.loads(reason[start:]).get("detail")
+        except (ValueError, AttributeError):
+            detail = None
+        if isinstance(detail, str) and detail:
+            return detail[:300]
+    return reason[:300]
+
+
 class NoReleasedVersion(NotFound):
     """The adapter exists but has no stable version yet."""
 

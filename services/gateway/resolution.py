@@ -32,6 +32,9 @@ class ReleaseView:
     """Canary version ("" = none)."""
     canary_percent: int = 0
     """Share of traffic for the canary, 0..100."""
+    canary_cleared: bool = True
+    """The canary analysis cleared the canary for tenant traffic (its golden set passed);
+    until then only canary-class (golden-set) requests reach it."""
 
     @property
     def adapter_id(self) -> str:
@@ -78,13 +81,15 @@ def resolve(
     * canary-class requests (shadow / golden set) go to the canary version when there
       is one, warm or not: they are what warms it;
     * other requests go to the canary for their sticky share, but only once the canary
-      is warm (HOT or WARM on some worker); until then the stable version serves them.
+      is cleared (its golden set passed) and warm (HOT or WARM on some worker); until then
+      the stable version serves them (a canary without a stable version serves anyway:
+      there is nothing else to serve).
     """
     has_canary = bool(release.canary) and release.canary != release.stable
     if request_class == common_pb2.REQUEST_CLASS_CANARY and has_canary:
         return Resolution(release.canary, True)
     if has_canary and in_canary(release.adapter_id, request_key, release.canary_percent):
-        if canary_warm or not release.stable:
+        if (canary_warm and release.canary_cleared) or not release.stable:
             return Resolution(release.canary, True)
         return Resolution(release.stable, False, canary_held_back=True)
     if release.stable:

@@ -68,7 +68,9 @@ from loraplane.gateway.errors import (
     NoReleasedVersion,
     NoWorker,
     VersionNotReady,
+    VersionWithdrawn,
     from_rpc_error,
+    withdrawal_detail,
 )
 from loraplane.gateway.flow import FlowController, Permit
 from loraplane.gateway.metrics import GatewayMetrics
@@ -392,6 +394,12 @@ class Gateway:
                     canary_info.ref(), canary_info.engine_id, CANARY, "canary_not_warm"
                 )
             info = entry.versions.get(resolution.version)
+            if info is not None and info.withdrawn:
+                self.metrics.refused.labels(VersionWithdrawn.code).inc()
+                raise VersionWithdrawn(
+                    f"version {resolution.version} of {req.adapter!r} was withdrawn by the "
+                    f"canary analysis ({withdrawal_detail(info.withdrawn)}); there is no "
+                    "version to fall back to until its owner promotes one")
             if info is None or not info.complete or info.retired:
                 if self._on_incomplete is not None and (info is None or not info.complete):
                     self._on_incomplete(release.tenant_id, release.name, resolution.version)

@@ -67,10 +67,13 @@ class ControlPlane:
 
 @contextlib.asynccontextmanager
 async def control_plane(stack: Stack, work: Path, demo: DemoManifest, *, name: str,
-                        unique: str, actor: str) -> AsyncIterator[ControlPlane]:
+                        unique: str, actor: str,
+                        canary_clearance: bool = True) -> AsyncIterator[ControlPlane]:
     """Database ``<name>_<unique>`` (created, migrated; dropped on exit), the registry on
     it and admission trusting the demo's dev key (consumer group
-    ``admission-<name>-<unique>``). On exit: admission, then the registry stop."""
+    ``admission-<name>-<unique>``). On exit: admission, then the registry stop.
+    ``canary_clearance`` False: canaries are cleared for tenant traffic when set (a test
+    whose cache manager runs no canary analysis)."""
     s = stack.settings
     admin = await asyncpg.connect(s.postgres_dsn)
     db = f"{name}_{unique}"
@@ -80,7 +83,8 @@ async def control_plane(stack: Stack, work: Path, demo: DemoManifest, *, name: s
     try:
         await asyncio.to_thread(migrate_up, dsn)
         registry = RegistryApp(
-            registry_settings(stack, postgres_dsn=dsn, instance_id=f"reg-{unique}"),
+            registry_settings(stack, postgres_dsn=dsn, instance_id=f"reg-{unique}",
+                              registry_canary_clearance=canary_clearance),
             registry=CollectorRegistry(), serve_metrics=False)
         await registry.start()
         try:

@@ -75,11 +75,21 @@ def promoted(tenant_id: str, name: str, version: str, engine_id: int, at: float 
 
 
 def canary(tenant_id: str, name: str, version: str, percent: int, engine_id: int,
-           at: float | None = None) -> events_pb2.LifecycleEvent:
+           at: float | None = None, *, cleared: bool = False,
+           previous: str = "") -> events_pb2.LifecycleEvent:
     return events_pb2.LifecycleEvent(
         canary_changed=events_pb2.CanaryChanged(
             meta=_meta(ref(tenant_id, name, version), at), canary_version=version,
-            percent=percent, engine_id=engine_id,
+            percent=percent, engine_id=engine_id, cleared=cleared, previous=previous,
+        )
+    )
+
+
+def withdrawn(tenant_id: str, name: str, version: str, engine_id: int, reason: str,
+              at: float | None = None) -> events_pb2.LifecycleEvent:
+    return events_pb2.LifecycleEvent(
+        withdrawn=events_pb2.VersionWithdrawn(
+            meta=_meta(ref(tenant_id, name, version), at), engine_id=engine_id, reason=reason,
         )
     )
 

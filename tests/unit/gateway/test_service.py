@@ -10,7 +10,12 @@ import pytest
 
 from loraplane.gateway.auth import Principal
 from loraplane.gateway.budget import BudgetConfig
-from loraplane.gateway.errors import AdapterCold, ColdStartBudgetExceeded, VersionNotReady
+from loraplane.gateway.errors import (
+    AdapterCold,
+    ColdStartBudgetExceeded,
+    VersionNotReady,
+    VersionWithdrawn,
+)
 from loraplane.shared.errors import InvalidArgument, LoraplaneError, NotFound, PermissionDenied
 from loraplane.v1 import common_pb2, inference_pb2
 
@@ -156,7 +161,9 @@ async def test_background_budget_spent_waiting_is_resource_exhausted() -> None:
             pass
 
 
-async def test_canary_gets_its_share_only_once_warm() -> None:
+async def test_canary_gets_its_share_only_once_warm_and_cleared() -> None:
+    """Until the canary analysis clears it (its golden set passed: ``CanaryChanged`` with
+    ``cleared``), a warm canary gets golden-set requests only; then its sticky share."""
     async with harness() as h:
         h.gateway.catalog.apply_lifecycle(ev.canary("acme", "support", "v2", 10, 12, at=2.0))
         h.workers["w0"].hot.add(11)
@@ -169,6 +176,10 @@ async def test_canary_gets_its_share_only_once_warm() -> None:
         warmup = (await collect(h, req(request_class=common_pb2.REQUEST_CLASS_CANARY)))[0]
         assert warmup.resolved.adapter.version == "v2" and warmup.resolved.canary
         h.report(warmup.resolved.worker_id)
+        held = [(await collect(h, req(request_key=k, max_tokens=1)))[0].resolved for k in keys]
+        assert all(r.adapter.version == "v1" for r in held)  # warm, not cleared: held back
+        h.gateway.catalog.apply_lifecycle(ev.canary("acme", "support", "v2", 10, 12, at=3.0,
+                                                    cleared=True, previous="v2"))
         res = [(await collect(h, req(request_key=k, max_tokens=1)))[0].resolved for k in keys]
         share = sum(r.adapter.version == "v2" for r in res) / len(res)
         assert 0.05 < share < 0.15
@@ -179,6 +190,32 @@ async def test_canary_gets_its_share_only_once_warm() -> None:
         sent = [r for w in h.workers.values() for r in w.requests]
         assert sent and all(r.never_evict == (r.engine_id == 12) for r in sent)
         assert any(r.never_evict for r in sent) and not all(r.never_evict for r in sent)
+
+
+async def test_a_withdrawn_stable_version_is_refused_naming_the_withdrawal() -> None:
+    """The canary analysis withdrew the stable version (no version to fall back to):
+    FAILED_PRECONDITION, not retriable, the message names the withdrawal and its figures;
+    nothing reaches a worker. A person promoting it again ends the refusal."""
+    async with harness() as h:
+        h.workers["w0"].hot.add(11)
+        h.report("w0")
+        reason = ('canary-analysis {"action":"withdraw","detail":"12 of 30 requests served by '
+                  'stable v1 failed (lower bound 0.267 > limit 0.033): no version to roll '
+                  'back to, taken out of HOT"}')
+        h.gateway.catalog.apply_lifecycle(ev.withdrawn("acme", "support", "v1", 11, reason,
+                                                       at=2.0))
+        with pytest.raises(VersionWithdrawn) as info:
+            await collect(h, req())
+        assert info.value.grpc_code == grpc.StatusCode.FAILED_PRECONDITION
+        assert not info.value.retriable
+        msg = info.value.message
+        assert "withdrawn by the canary analysis" in msg and "12 of 30 requests" in msg, msg
+        assert "{" not in msg  # the figures' detail, not the JSON
+        assert not any(w.requests for w in h.workers.values())
+        assert h.metric("loraplane_gateway_refused_total", {"reason": "version_withdrawn"}) == 1
+        h.gateway.catalog.apply_lifecycle(ev.promoted("acme", "support", "v1", 11, at=3.0))
+        ok = (await collect(h, req(max_tokens=1)))[0].resolved
+        assert ok.adapter.version == "v1"
 
 
 async def test_stream_in_flight_keeps_its_version_across_a_rollback() -> None:
