@@ -11,6 +11,7 @@ import typer
 
 from loraplane.cache_manager.cli import app as cache_app
 from loraplane.cli.db import app as db_app
+from loraplane.cli.golden import app as golden_app
 from loraplane.cli.run import run as run_cmd
 from loraplane.cli.run import status as status_cmd
 from loraplane.devkit.cli import app as demo_app
@@ -35,6 +36,7 @@ app.add_typer(registry_app)  # release, tenants, keys, adapters, promote, canary
 app.command("sim")(sim_cmd)
 app.add_typer(trace_app, name="trace")
 app.add_typer(cache_app, name="cache")
+app.add_typer(golden_app, name="golden")
 
 
 def main() -> None:
