@@ -89,12 +89,13 @@ stress: install ## the platform under load and faults (2 vLLM workers, 12 scenar
 lint: install ## ruff
 	$(PY) -m ruff check services tests scripts benchmarks
 
-typecheck: install ## mypy --strict on the pure core (policy), the shared library, the cache manager and the gateway
+typecheck: install ## mypy --strict on the pure core (policy), the shared library and every service
 	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
 	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent -p loraplane.policy \
 	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec \
 	  -p loraplane.shared.consumer -p loraplane.shared.resources -p loraplane.shared.aio \
-	  -p loraplane.cache_manager -p loraplane.gateway
+	  -p loraplane.cache_manager -p loraplane.gateway -p loraplane.registry \
+	  -p loraplane.admission -p loraplane.worker
 
 clean: ## remove local state (.loraplane/) — stops the stacks first
 	-$(LP) stack down --profile run

@@ -27,6 +27,7 @@ from typing import Any, Protocol, Self
 
 import grpc
 import urllib3
+from google.protobuf.message import Message
 from minio import Minio
 from minio.error import MinioException, S3Error, ServerError
 
@@ -126,8 +127,9 @@ class RegistryClient:
         """Close the channel."""
         self.channel.close()
 
-    def call(self, method: str, request: Any) -> Any:
-        """Call ``RegistryAdmin.<method>``; raises ``grpc.RpcError`` on failure."""
+    def call(self, method: str, request: Message) -> Any:
+        """Call ``RegistryAdmin.<method>`` (its response message); raises ``grpc.RpcError``
+        on failure."""
         fn = getattr(self.stub, method)
         return fn(request, metadata=self.metadata, timeout=self.timeout_s)
 
@@ -161,8 +163,10 @@ class RegistryClient:
         priority: common_pb2.Priority = common_pb2.PRIORITY_UNSPECIFIED,
     ) -> registry_pb2.Tenant:
         """Create a tenant."""
-        return self.call("CreateTenant", registry_pb2.CreateTenantRequest(
-            tenant_id=tenant_id, display_name=display_name, default_priority=priority)).tenant
+        resp: registry_pb2.CreateTenantResponse = self.call(
+            "CreateTenant", registry_pb2.CreateTenantRequest(
+                tenant_id=tenant_id, display_name=display_name, default_priority=priority))
+        return resp.tenant
 
     def ensure_tenant(
         self, tenant_id: str, *, display_name: str = "",
@@ -174,7 +178,9 @@ class RegistryClient:
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
                 raise
-            return self.call("GetTenant", registry_pb2.GetTenantRequest(tenant_id=tenant_id)).tenant
+            resp: registry_pb2.GetTenantResponse = self.call(
+                "GetTenant", registry_pb2.GetTenantRequest(tenant_id=tenant_id))
+            return resp.tenant
 
     def create_api_key(
         self, tenant_id: str, description: str = ""
@@ -186,8 +192,10 @@ class RegistryClient:
 
     def get_version(self, tenant_id: str, name: str, version: str) -> registry_pb2.AdapterVersion:
         """Read one version."""
-        return self.call("GetVersion", registry_pb2.GetVersionRequest(
-            tenant_id=tenant_id, adapter_name=name, version=version)).version
+        resp: registry_pb2.GetVersionResponse = self.call(
+            "GetVersion", registry_pb2.GetVersionRequest(
+                tenant_id=tenant_id, adapter_name=name, version=version))
+        return resp.version
 
     def find_version(
         self, tenant_id: str, name: str, version: str
