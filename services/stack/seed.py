@@ -28,6 +28,18 @@ CANARY_PERCENT = 10
 VERDICT_TIMEOUT_S = 120.0
 
 
+def worker_model_env(manifest: DemoManifest) -> dict[str, str]:
+    """What the stack's workers serve: the demo build's base model, its directory and
+    tokenizer revision, and the dev public key its adapters are signed with (a worker has
+    no default model: :data:`loraplane.worker.settings.MODEL_SETTINGS`)."""
+    return {
+        "LORAPLANE_BASE_MODEL": manifest.base_model.name,
+        "LORAPLANE_BASE_MODEL_DIR": str(manifest.base_model.dir),
+        "LORAPLANE_TOKENIZER_REVISION": manifest.base_model.tokenizer_revision,
+        "LORAPLANE_TRUSTED_KEYS": str(manifest.keys.public_key),
+    }
+
+
 def seed_models(echo: Callable[[str], None]) -> tuple[DemoManifest, dict[str, str]]:
     """Build (or reuse the cached) model and adapters; return the manifest and env entries."""
     manifest = build_demo()

@@ -43,7 +43,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from loraplane.shared.resources import state_dir
 from loraplane.stack.certs import OPERATOR, ensure_dev_pki
 from loraplane.stack.components import Component, Health, StackError, _pid_alive, port_in_use
 from loraplane.stack.services import SERVICES, ServiceSpec, existing_services
@@ -63,8 +62,6 @@ def service_env(s: StackSettings, extra: dict[str, str] | None = None) -> dict[s
     registry_port = SERVICES[0].ports(s)["GRPC_PORT"]
     env["LORAPLANE_REGISTRY_ADDR"] = f"127.0.0.1:{registry_port}"
     env.setdefault("LORAPLANE_REGISTRY_OPERATOR_TOKEN", DEV_OPERATOR_TOKEN)
-    models = state_dir() / "models"
-    env["LORAPLANE_MODELS_DIR"] = str(models)
     # Per-stack state of the services, so `make run` and the make-run test never share it.
     env["LORAPLANE_WORKER_HOST_DIR"] = str(s.root / "worker-host")
     env["LORAPLANE_ADMISSION_QUARANTINE_DIR"] = str(s.root / "admission-quarantine")
@@ -322,6 +319,10 @@ class Supervisor:
             self.s.supervisor_metrics_port, addr="127.0.0.1", registry=self.registry)
         if prepare is not None:
             prepare(self)
+        from loraplane.devkit.builder import build_demo
+        from loraplane.stack.seed import worker_model_env
+
+        self.env.update(worker_model_env(build_demo()))  # the workers serve the demo build
         restarts_file(self.s).unlink(missing_ok=True)
         procs = service_processes(self.s, self.env)
         for name in dict.fromkeys(p.spec.name for p in procs):

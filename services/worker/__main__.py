@@ -1,6 +1,6 @@
 """``python -m loraplane.worker``: one inference worker (vLLM engine + host tier).
 
-Start-up: settings (``LORAPLANE_*``), the base model (demo build when not configured),
+Start-up: settings (``LORAPLANE_*``; without the served model's, exit 2 naming them),
 the engine (~20-30 s on the CPU), the worker app; ``/metrics`` answers once the worker
 is ready. SIGINT / SIGTERM stop it gracefully. vLLM spawns its engine process, hence
 the ``__main__`` guard.
@@ -25,13 +25,26 @@ log = logging.getLogger("loraplane.worker")
 
 
 async def main() -> int:
-    """Run the worker until SIGINT / SIGTERM (exit 0) or until its engine dies (exit 1)."""
+    """Run the worker until SIGINT / SIGTERM (exit 0) or until its engine dies (exit 1);
+    exit 2 on a configuration error (the served model's settings unset)."""
+    from pydantic import ValidationError
+
     from loraplane.shared.metrics import start_metrics_server
     from loraplane.worker.settings import WorkerSettings
     from loraplane.worker.vllm_engine import VllmEngine
 
-    settings = WorkerSettings().resolve_models()
-    assert settings.base_model_dir is not None
+    try:
+        settings = WorkerSettings()
+    except ValidationError as exc:
+        print(f"worker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    missing = settings.missing_model_settings()
+    if missing:
+        print(f"worker: configuration error: {', '.join(missing)} unset: the worker serves "
+              "no model by default (set the served base model's name, its directory and the "
+              "public keys adapters are signed with)", file=sys.stderr)
+        return 2
+    assert settings.base_model_dir is not None  # checked with the others just above
     log.info("starting engine for %s from %s", settings.base_model, settings.base_model_dir)
     engine = await VllmEngine.start(settings.base_model_dir, settings.engine_options())
     log.info("engine started in %.1fs", engine.start_seconds)
@@ -73,9 +86,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         argv, prog="python -m loraplane.worker", summary=SUMMARY, settings=WorkerSettings,
         files=[ShippedFile("policy", DEFAULT_CONFIG_PATH,
                            "when LORAPLANE_WORKER_POLICY_FILE is unset")],
-        notes="Without LORAPLANE_BASE_MODEL_DIR, LORAPLANE_BASE_MODEL and "
-              "LORAPLANE_TRUSTED_KEYS the base model and the trusted key come from the "
-              "demo build in LORAPLANE_MODELS_DIR (built on first start).",
+        notes="LORAPLANE_BASE_MODEL, LORAPLANE_BASE_MODEL_DIR and LORAPLANE_TRUSTED_KEYS "
+              "are required (no default model; `make run` passes the demo build's).",
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     return asyncio.run(main())

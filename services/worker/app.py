@@ -78,9 +78,10 @@ class WorkerApp:
         clock: Clock = _now,
         kafka: bool = True,
     ) -> None:
-        """``settings`` must be resolved (:meth:`WorkerSettings.resolve_models`)."""
+        """``settings`` must name the served model (``base_model``, ``base_model_dir``)."""
         if settings.base_model_dir is None or not settings.base_model:
-            raise ValueError("settings are not resolved: no base model")
+            raise ValueError("no base model: LORAPLANE_BASE_MODEL or LORAPLANE_BASE_MODEL_DIR "
+                             "unset")
         self.settings = settings
         self.clock = clock
         self.kafka_enabled = kafka

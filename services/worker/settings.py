@@ -1,11 +1,10 @@
 """Settings of the inference worker (``LORAPLANE_WORKER_*`` plus the common ones).
 
-Loaded once in ``main`` and passed down. With ``make run`` the supervisor sets
-``LORAPLANE_WORKER_GRPC_PORT``, ``LORAPLANE_WORKER_METRICS_PORT`` and
-``LORAPLANE_MODELS_DIR``; the base model and the trusted key then come from the demo
-build in that directory (:func:`loraplane.devkit.builder.build_demo`, cached). In other
-deployments set ``LORAPLANE_BASE_MODEL``, ``LORAPLANE_BASE_MODEL_DIR`` and
-``LORAPLANE_TRUSTED_KEYS``.
+Loaded once in ``main`` and passed down. The served model has no default: set
+``LORAPLANE_BASE_MODEL``, ``LORAPLANE_BASE_MODEL_DIR`` and ``LORAPLANE_TRUSTED_KEYS``
+(and ``LORAPLANE_TOKENIZER_REVISION``, reported to the gateway); a worker missing one
+refuses to start, naming it (:data:`MODEL_SETTINGS`). ``make run`` passes the demo build's
+(:mod:`loraplane.stack.seed`), Kubernetes and compose their mounted model and key.
 """
 
 from __future__ import annotations
@@ -25,6 +24,13 @@ from loraplane.worker.engine_start import EngineOptions
 ZERO_ADAPTER_ENGINE_ID = 2_147_483_647
 """Engine id of the worker's all-zero adapter (int32 max; registry ids start at 1)."""
 
+MODEL_SETTINGS = {
+    "base_model": "LORAPLANE_BASE_MODEL",
+    "base_model_dir": "LORAPLANE_BASE_MODEL_DIR",
+    "trusted_keys": "LORAPLANE_TRUSTED_KEYS",
+}
+"""The settings a worker cannot start without (field: environment variable)."""
+
 
 class WorkerSettings(CommonSettings):
     """Everything the worker process needs."""
@@ -42,17 +48,14 @@ class WorkerSettings(CommonSettings):
     worker_metrics_port: int = 19064
     """Prometheus ``/metrics`` port (0 = off); it answers once the worker is ready."""
 
-    models_dir: Path | None = None
-    """Demo build root (``LORAPLANE_MODELS_DIR``); used when no base model dir is set."""
     base_model: str = ""
-    """Name of the served base model (default: the demo build's)."""
+    """Name of the served base model (an entry of the base-model catalogue; required)."""
     base_model_dir: Path | None = None
-    """Directory of the served base model (default: the demo build's)."""
+    """Directory of the served base model (required)."""
     trusted_keys: str = ""
-    """Comma-separated PEM public keys trusted for adapter signatures (default: the demo
-    build's dev key)."""
+    """Comma-separated PEM public keys trusted for adapter signatures (required)."""
     tokenizer_revision: str = ""
-    """Tokenizer revision reported in WorkerState (default: the demo build's)."""
+    """Tokenizer revision reported in WorkerState (the catalogue entry's)."""
 
     worker_host_dir: Path | None = None
     """WARM tier directory (default ``.loraplane/worker/<worker_id>``)."""
@@ -153,23 +156,7 @@ class WorkerSettings(CommonSettings):
         """``trusted_keys`` as paths."""
         return [Path(p.strip()) for p in self.trusted_keys.split(",") if p.strip()]
 
-    def resolve_models(self) -> WorkerSettings:
-        """Fill the base model, its directory, tokenizer revision and trusted keys from the
-        demo build when they are not set (builds it once if needed: a few seconds)."""
-        if self.base_model_dir is not None and self.trusted_keys and self.base_model:
-            return self
-        from loraplane.devkit.builder import build_demo
-
-        demo = build_demo(self.models_dir)
-        updates: dict[str, object] = {}
-        if self.base_model_dir is None:
-            updates["base_model_dir"] = demo.base_model.dir
-            updates["base_model"] = self.base_model or demo.base_model.name
-            updates["tokenizer_revision"] = (
-                self.tokenizer_revision or demo.base_model.tokenizer_revision
-            )
-        if not self.trusted_keys:
-            updates["trusted_keys"] = str(demo.keys.public_key)
-        if not self.base_model and "base_model" not in updates:
-            updates["base_model"] = demo.base_model.name
-        return self.model_copy(update=updates)
+    def missing_model_settings(self) -> list[str]:
+        """The environment variables of :data:`MODEL_SETTINGS` left unset (the worker
+        starts only when this is empty)."""
+        return [env for field, env in MODEL_SETTINGS.items() if not getattr(self, field)]

@@ -100,6 +100,17 @@ def test_env_vars_are_settings_and_ports_match(name: str) -> None:
     assert targets == [f"{name}:{metrics}"]
 
 
+def test_worker_names_a_catalogued_model_and_its_keys() -> None:
+    """The worker has no default model: compose sets it, as the catalogue has it."""
+    env = COMPOSE["services"]["worker"]["environment"]
+    catalogue = yaml.safe_load((ROOT / "config/base_models.yaml").read_text())["base_models"]
+    model = env["LORAPLANE_BASE_MODEL"]
+    assert model in catalogue, f"{model} is not in config/base_models.yaml"
+    assert env["LORAPLANE_TOKENIZER_REVISION"] == catalogue[model]["tokenizer_revision"]
+    assert env["LORAPLANE_BASE_MODEL_DIR"].startswith("/models/")
+    assert env["LORAPLANE_TRUSTED_KEYS"].startswith("/etc/loraplane/keys/")
+
+
 def test_infra_services_are_pinned_images() -> None:
     for name, svc in COMPOSE["services"].items():
         if name in SPECS:

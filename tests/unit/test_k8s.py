@@ -419,7 +419,7 @@ def test_worker_serves_a_catalogued_model_within_its_rank() -> None:
     assert int(literal(env, "LORAPLANE_WORKER_MAX_LORA_RANK")) >= entry["max_lora_rank"]
     assert literal(env, "LORAPLANE_TOKENIZER_REVISION") == entry["tokenizer_revision"]
     for var in ("LORAPLANE_BASE_MODEL_DIR", "LORAPLANE_TRUSTED_KEYS"):
-        assert var in env, f"{var} unset: the worker would build the demo model and trust its dev key"
+        assert var in env, f"{var} unset: the worker would refuse to start"
 
 
 def test_cache_manager_runs_a_leader_and_a_standby() -> None:
