@@ -20,7 +20,7 @@ import httpx
 from loraplane.stack.components import port_in_use
 from loraplane.stack.services import existing_services
 from loraplane.stack.settings import PORT_OFFSETS, StackSettings
-from loraplane.stack.supervisor import service_env, service_processes
+from loraplane.stack.supervisor import ServiceProcess, service_env, service_processes
 
 REQUIRED_ENV = [
     "LORAPLANE_GATEWAY_GRPC", "LORAPLANE_GATEWAY_HTTP", "LORAPLANE_DEMO_API_KEY",
@@ -31,6 +31,36 @@ REQUIRED_ENV = [
 
 def _cli() -> str:
     return str(Path(sys.executable).parent / "loraplane")
+
+
+def _completion_codes(values: dict[str, str], n: int, *, fresh: bool = False) -> list[int]:
+    """Status codes of ``n`` two-token completions of the first demo adapter over the public
+    HTTP port, on one connection, or each on a connection of its own when ``fresh``."""
+    url = f"{values['LORAPLANE_GATEWAY_HTTP']}/v1/completions"
+    auth = {"Authorization": f"Bearer {values['LORAPLANE_DEMO_API_KEY']}"}
+    body = {"model": values["LORAPLANE_DEMO_ADAPTERS"].split(",")[0], "prompt": "Hi",
+            "max_tokens": 2}
+    per_client = 1 if fresh else n  # a client's connection serves its requests
+    codes: list[int] = []
+    for _ in range(n // per_client):
+        with httpx.Client(timeout=60) as client:
+            codes.extend(client.post(url, headers=auth, json=body).status_code
+                         for _ in range(per_client))
+    return codes
+
+
+def _restarted(env: dict[str, str], proc: ServiceProcess, old_pid: int, within_s: float) -> str:
+    """``proc``'s line of ``loraplane status`` once it is healthy under a new pid."""
+    deadline = time.monotonic() + within_s
+    while True:
+        status = subprocess.run([_cli(), "status"], env=env, capture_output=True, text=True,
+                                timeout=60, check=False)
+        line = next(x for x in status.stdout.splitlines() if f"{proc.name} " in x)
+        if status.returncode == 0 and proc.pid() not in (None, old_pid):
+            return line
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{proc.name} was not restarted:\n{status.stdout}")
+        time.sleep(2)
 
 
 def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
@@ -82,27 +112,10 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
         pid = victim.pid()
         assert pid is not None
         os.killpg(pid, signal.SIGKILL)
-        http = values["LORAPLANE_GATEWAY_HTTP"]
-        auth = {"Authorization": f"Bearer {values['LORAPLANE_DEMO_API_KEY']}"}
-        adapter = values["LORAPLANE_DEMO_ADAPTERS"].split(",")[0]
         time.sleep(3)  # > 2 failed probes: the gateway has routed around it
-        codes = []
-        with httpx.Client(timeout=60) as client:
-            for _ in range(10):
-                r = client.post(f"{http}/v1/completions", headers=auth,
-                                json={"model": adapter, "prompt": "Hi", "max_tokens": 2})
-                codes.append(r.status_code)
+        codes = _completion_codes(values, 10)
         assert codes == [200] * 10, codes
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            status = subprocess.run([_cli(), "status"], env=env, capture_output=True,
-                                    text=True, timeout=60, check=False)
-            line = next(x for x in status.stdout.splitlines() if "svc-worker-1 " in x)
-            if status.returncode == 0 and victim.pid() not in (None, pid):
-                break
-            time.sleep(2)
-        else:
-            raise AssertionError(f"worker-1 was not restarted:\n{status.stdout}")
+        line = _restarted(env, victim, pid, within_s=240)
         assert line.startswith("ok") and "restarts 1" in line, line
 
         # two gateway processes serve the public ports: one SIGKILLed, the other serves
@@ -112,23 +125,9 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
         gw_pid = gateways[1].pid()
         assert gw_pid is not None
         os.killpg(gw_pid, signal.SIGKILL)
-        codes = []
-        for _ in range(20):
-            with httpx.Client(timeout=60) as client:  # a connection of its own each
-                r = client.post(f"{http}/v1/completions", headers=auth,
-                                json={"model": adapter, "prompt": "Hi", "max_tokens": 2})
-            codes.append(r.status_code)
+        codes = _completion_codes(values, 20, fresh=True)  # the sibling takes each one
         assert codes == [200] * 20, codes
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            status = subprocess.run([_cli(), "status"], env=env, capture_output=True,
-                                    text=True, timeout=60, check=False)
-            line = next(x for x in status.stdout.splitlines() if "svc-gateway-1 " in x)
-            if status.returncode == 0 and gateways[1].pid() not in (None, gw_pid):
-                break
-            time.sleep(2)
-        else:
-            raise AssertionError(f"gateway-1 was not restarted:\n{status.stdout}")
+        line = _restarted(env, gateways[1], gw_pid, within_s=120)
         assert line.startswith("ok") and "restarts 1" in line, line
     finally:
         proc.send_signal(signal.SIGINT)
