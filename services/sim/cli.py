@@ -72,12 +72,13 @@ def result_table(results: list[SimResult], title: str) -> Table:
 
 def sim_cmd(
     trace: Annotated[Path, typer.Option("--trace", help="Trace file (.csv or .csv.gz).")],
-    gpu_slots: Annotated[int, typer.Option("--gpu-slots", help="Engine slots per worker and base model.")],
+    gpu_slots: Annotated[int, typer.Option("--gpu-slots", help="HOT (registered, vLLM max_cpu_loras) versions per worker and base model.")],
     host_bytes: Annotated[str, typer.Option("--host-bytes", help="Host bytes per worker (8GiB, 500MB…).")],
     policies: Annotated[str, typer.Option("--policies", help="Comma-separated policy names.")] = (
         "heat,lru,fifo,lfu,gdsf,belady"
     ),
     workers: Annotated[int, typer.Option("--workers", help="Number of workers.")] = 1,
+    active_slots: Annotated[int, typer.Option("--active-slots", help="GPU slots (vLLM max_loras) per worker and base model, below --gpu-slots: HOT's second level; 0 = one level.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per policy.")] = False,
     policy_config: Annotated[
         Path | None, typer.Option("--policy-config", help="Policy YAML (default config/policy.yaml).")
@@ -86,7 +87,8 @@ def sim_cmd(
     s3_mb_per_s: Annotated[float, typer.Option(help="Object-store bandwidth (MB/s).")] = 200.0,
     s3_latency_ms: Annotated[float, typer.Option(help="Object-store latency (ms).")] = 50.0,
     verify_mb_per_s: Annotated[float, typer.Option(help="Verification throughput (MB/s).")] = 1_000.0,
-    register_ms: Annotated[float, typer.Option(help="Engine registration cost per load (ms).")] = 15.0,
+    register_ms: Annotated[float, typer.Option(help="WARM → registered cost per load (ms).")] = 15.0,
+    activate_ms: Annotated[float, typer.Option(help="Registered → GPU slot cost, fixed part (ms; plus size / host→GPU).")] = 0.0,
     prefill_ms_per_token: Annotated[float, typer.Option(help="Prefill cost per prompt token (ms).")] = 0.05,
     base_ttft_ms: Annotated[float, typer.Option(help="Fixed TTFT part of every request (ms).")] = 20.0,
     tpot_ms: Annotated[float, typer.Option(help="Time per output token (ms): in-flight time.")] = 15.0,
@@ -103,10 +105,11 @@ def sim_cmd(
         cost = CostModel.from_units(
             host_to_gpu_mb_per_s=host_to_gpu_mb_per_s, s3_mb_per_s=s3_mb_per_s,
             s3_latency_ms=s3_latency_ms, verify_mb_per_s=verify_mb_per_s, register_ms=register_ms,
-            prefill_ms_per_token=prefill_ms_per_token, base_ttft_ms=base_ttft_ms, tpot_ms=tpot_ms,
+            activate_ms=activate_ms, prefill_ms_per_token=prefill_ms_per_token, base_ttft_ms=base_ttft_ms, tpot_ms=tpot_ms,
         )
         parsed = read_trace(trace)
-        caps = Capacities(gpu_slots=gpu_slots, host_bytes=parse_bytes(host_bytes), workers=workers)
+        caps = Capacities(gpu_slots=gpu_slots, host_bytes=parse_bytes(host_bytes), workers=workers,
+                          active_slots=active_slots)
         results = [simulate(parsed, make_policy(n, cfg), caps, cost) for n in names]
     except (PolicyConfigError, TraceError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -3,8 +3,9 @@
 ::
 
     TTFT = slot wait + load + base_ttft + prompt_tokens * prefill_ms_per_token
-    load = 0                                                  (HOT)
-         = size / host_to_gpu + register                      (WARM)
+    load = 0                                                  (HOT, in a GPU slot)
+         = activate + size / host_to_gpu                      (HOT, registered, not in a slot)
+         = register + activate + size / host_to_gpu           (WARM)
          = s3_latency + size / s3 + size / verify + WARM load  (COLD)
 
 A request then stays in flight for ``output_tokens * tpot_ms`` more, which
@@ -41,6 +42,7 @@ class CostModel:
             "s3_latency_ms": bw.s3_latency_s * 1000.0,
             "verify_mb_per_s": bw.verify_bytes_per_s / MB,
             "register_ms": bw.register_s * 1000.0,
+            "activate_ms": bw.activate_s * 1000.0,
             "prefill_ms_per_token": self.prefill_ms_per_token,
             "base_ttft_ms": self.base_ttft_ms,
             "tpot_ms": self.tpot_ms,
@@ -54,6 +56,7 @@ class CostModel:
         s3_latency_ms: float = 50.0,
         verify_mb_per_s: float = 1_000.0,
         register_ms: float = 15.0,
+        activate_ms: float = 0.0,
         prefill_ms_per_token: float = 0.05,
         base_ttft_ms: float = 20.0,
         tpot_ms: float = 15.0,
@@ -69,6 +72,7 @@ class CostModel:
         for name, value in (
             ("s3_latency_ms", s3_latency_ms),
             ("register_ms", register_ms),
+            ("activate_ms", activate_ms),
             ("prefill_ms_per_token", prefill_ms_per_token),
             ("base_ttft_ms", base_ttft_ms),
             ("tpot_ms", tpot_ms),
@@ -82,6 +86,7 @@ class CostModel:
                 s3_latency_s=s3_latency_ms / 1000.0,
                 verify_bytes_per_s=verify_mb_per_s * MB,
                 register_s=register_ms / 1000.0,
+                activate_s=activate_ms / 1000.0,
             ),
             prefill_ms_per_token=prefill_ms_per_token,
             base_ttft_ms=base_ttft_ms,

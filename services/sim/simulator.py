@@ -12,7 +12,15 @@ Rules (``shared/traces/FORMAT.md``), for every policy alike:
   policy must pick another; when every member is busy the request waits for
   the earliest one to finish, and that wait is part of its TTFT;
 * the first request of each version is a compulsory miss, reported apart;
-  "cold starts" are the later loads from COLD.
+  "cold starts" are the later loads from COLD;
+* HOT has vLLM's two levels when ``Capacities.active_slots`` is set: the policy places
+  *registered* versions (``gpu_slots`` per group: ``max_cpu_loras``) and the engine keeps
+  the ``active_slots`` (``max_loras``) most recently used of them in GPU slots, itself, as
+  vLLM's LRU does; a HOT request whose version is registered but not in a slot pays an
+  activation (``Bandwidths.activation_s``) in its TTFT, a load pays registration and
+  activation. The limit of ``max_loras`` distinct versions per batch is not simulated (a
+  request never waits for a slot, only for a registration). 0: one level (every HOT version
+  sits in a slot).
 
 The simulator checks capacities after every load and raises
 :class:`SimulationError` if a policy breaks one.
@@ -48,6 +56,9 @@ class Capacities:
     """Host bytes per worker (WARM, including the HOT versions' files)."""
     workers: int = 1
     """Number of workers."""
+    active_slots: int = 0
+    """GPU slots per worker and base model (vLLM ``max_loras``) when fewer than the
+    registered ``gpu_slots`` (``max_cpu_loras``); 0 = one level, every HOT version in a slot."""
 
     def problems(self, trace: Trace) -> list[str]:
         """Why these capacities cannot run ``trace`` (empty when they can)."""
@@ -56,6 +67,9 @@ class Capacities:
             out.append(f"workers must be >= 1, got {self.workers}")
         if self.gpu_slots < 1:
             out.append(f"gpu slots must be >= 1, got {self.gpu_slots}")
+        if not 0 <= self.active_slots <= self.gpu_slots:
+            out.append(f"active slots must be in 0..gpu slots ({self.gpu_slots}), "
+                       f"got {self.active_slots}")
         biggest = max(trace.version_size) if trace.version_size else 0
         need = (self.gpu_slots * max(1, len(trace.base_models)) + 1) * biggest
         if self.host_bytes < need:
@@ -131,6 +145,7 @@ class SimResult:
             "trace": self.trace,
             "workers": self.capacities.workers,
             "gpu_slots": self.capacities.gpu_slots,
+            "active_slots": self.capacities.active_slots,
             "host_bytes": self.capacities.host_bytes,
             "requests": self.requests,
             "gpu_hit_ratio": round(self.gpu_hit_ratio, 6),
@@ -266,6 +281,12 @@ def simulate(
     warm_load = [bw.warm_to_hot_s(s) for s in sizes]
     cold_load = [bw.cold_to_warm_s(s) + bw.warm_to_hot_s(s) for s in sizes]
     seen = [False] * trace.n_versions
+    # the second HOT level (vLLM's slot LRU per group); None: one level
+    active = capacities.active_slots if capacities.active_slots < slots else 0
+    activation = [bw.activation_s(s) for s in sizes] if active else []
+    in_slot: list[dict[int, None]] | None = (
+        [{} for _ in range(n_workers * n_bm)] if active else None)
+    activations = 0
 
     hot: list[set[int]] = [set() for _ in range(n_workers * n_bm)]
     hot_on_worker: list[set[int]] = [set() for _ in range(n_workers)]
@@ -310,6 +331,16 @@ def simulate(
             gpu_hits += 1
             on_served(g, w, v, now)
             ttft = base_s + prompt[i] * prefill_s
+            if in_slot is not None:
+                lru = in_slot[g]
+                if v in lru:
+                    del lru[v]  # to the most recent end (dicts keep insertion order)
+                else:
+                    activations += 1
+                    ttft += activation[v]
+                    if len(lru) >= active:
+                        del lru[next(iter(lru))]
+                lru[v] = None
             ttfts[classes[i]].append(ttft)
             end = now + ttft + output[i] * tpot_s
             if busy_w.get(v, 0.0) < end:
@@ -358,6 +389,13 @@ def simulate(
             hot_on_worker[w].discard(victim)
             pol.on_remove_hot(g, victim)
             hot_ev += 1
+            if in_slot is not None:
+                in_slot[g].pop(victim, None)
+        if in_slot is not None:  # registered and activated (add_lora does both)
+            lru = in_slot[g]
+            if len(lru) >= active:
+                del lru[next(iter(lru))]
+            lru[v] = None
         hot_g.add(v)
         hot_on_worker[w].add(v)
         pol.on_insert_hot(g, v, now)
@@ -410,5 +448,6 @@ def simulate(
         capacities=capacities,
         cost_model=cost,
         trace=trace.name,
-        extra={"protection_overflows": int(getattr(pol, "protection_overflows", 0))},
+        extra={"protection_overflows": int(getattr(pol, "protection_overflows", 0)),
+               "slot_activations": activations},
     )

@@ -194,3 +194,26 @@ def test_sim_cli_refuses_an_unusable_trace_naming_row_and_column(tmp_path: Path)
                                       "--host-bytes", "1GB"])
     assert result.exit_code == 2
     assert "line 3" in result.output and "column priority: 'diamond'" in result.output
+
+
+def test_two_level_hot_charges_an_activation_outside_the_gpu_slots() -> None:
+    # 3 registered (gpu_slots) over 2 GPU slots (active_slots): a, b, c load (each activated),
+    # then a (HOT, pushed out of its slot by c: activated), b (same), b again (in a slot)
+    rows = [row(0, "a"), row(10, "b"), row(20, "c"), row(30, "a"), row(40, "b"), row(50, "b")]
+    cost = CostModel.from_units(register_ms=20.0, activate_ms=4.0)
+    one = simulate(trace(rows), make_policy("lru"), Capacities(3, 1000 * MB), cost)
+    two = simulate(trace(rows), make_policy("lru"), Capacities(3, 1000 * MB, active_slots=2),
+                   cost)
+    assert one.gpu_hits == two.gpu_hits == 3 and one.loads == two.loads == 3
+    assert one.extra["slot_activations"] == 0 and two.extra["slot_activations"] == 2
+    bw = cost.bandwidths
+    activation = bw.activate_s + 100 * MB / bw.host_to_gpu_bytes_per_s
+    assert activation == pytest.approx(bw.activation_s(100 * MB))
+    assert bw.warm_to_hot_s(100 * MB) == pytest.approx(bw.register_s + activation)
+    prefill = 1000 * 0.05 / 1000 + 0.020
+    assert one.ttft_ms["interactive"]["p99"] == pytest.approx(prefill * 1000, abs=1e-3)
+    assert two.ttft_ms["interactive"]["p99"] == pytest.approx((prefill + activation) * 1000,
+                                                              abs=1e-3)
+    assert two.as_dict()["active_slots"] == 2
+    with pytest.raises(ValueError, match="active slots"):
+        simulate(trace(rows), make_policy("lru"), Capacities(2, 1000 * MB, active_slots=3))
