@@ -63,7 +63,7 @@ VERSION_LABELS = ("tenant", "adapter", "version")
 
 
 @dataclass(slots=True)
-class _Series:
+class Series:
     """The label children of one (tenant, adapter, version, class), bound once; the
     outcome and tier children are bound on first use."""
 
@@ -141,7 +141,7 @@ class GatewayMetrics(PerRegistry):
         )
         self.views = _ViewCollector()
         registry.register(self.views)
-        self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self._series: dict[tuple[str, str, str, str], Series] = {}
         self.sweeper = SeriesSweeper(
             [self.requests, self.ttft, self.duration, self.degraded, self.budget_exceeded,
              self.routed],
@@ -172,12 +172,12 @@ class GatewayMetrics(PerRegistry):
             if labels[:3] == key:
                 self._series.pop(labels, None)
 
-    def series(self, tenant: str, adapter: str, version: str, klass: str) -> _Series:
+    def series(self, tenant: str, adapter: str, version: str, klass: str) -> Series:
         """Label children of one (tenant, adapter, version, class), cached."""
         key = (tenant, adapter, version, klass)
         s = self._series.get(key)
         if s is None:
-            s = _Series(
+            s = Series(
                 key, self.ttft.labels(*key), self.duration.labels(*key),
                 self.degraded.labels(*key), self.budget_exceeded.labels(*key),
                 self.requests, self.routed,

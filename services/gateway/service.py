@@ -31,10 +31,11 @@ does not affect it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,7 +74,7 @@ from loraplane.gateway.errors import (
     withdrawal_detail,
 )
 from loraplane.gateway.flow import FlowController, Permit
-from loraplane.gateway.metrics import GatewayMetrics
+from loraplane.gateway.metrics import GatewayMetrics, Series
 from loraplane.gateway.names import check_adapter_name, is_base_model
 from loraplane.gateway.placement import LocalLoad, PlacementView, WorkerView, worker_options
 from loraplane.gateway.quotas import QuotaBook, QuotaExceeded, QuotaLease
@@ -128,6 +129,34 @@ class _Target:
     cold_budget_ms: int
     starts_load: bool
     budget_exceeded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    """What a request's name resolved to: one immutable version, or the base model."""
+
+    info: VersionInfo | None
+    """The version (None: the base model itself)."""
+    ref: common_pb2.AdapterRef
+    base_model: str
+    canary: bool
+    """Chosen by the canary split."""
+    labels: tuple[str, str, str, str]
+    """Its metric series: tenant, adapter, version, class."""
+
+
+@dataclass(slots=True)
+class _Served:
+    """How far one request got, filled in on the way and read by its accounting."""
+
+    target: _Target | None = None
+    first_at: float = 0.0
+    """When the first message came (monotonic; 0: none yet)."""
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    quota: QuotaLease | None = None
+    outcome: str = "ok"
+    status: grpc.StatusCode = grpc.StatusCode.OK
 
 
 class WorkerStubs(Protocol):
@@ -349,10 +378,46 @@ class Gateway:
     ) -> AsyncIterator[inference_pb2.GenerateResponse]:
         """Serve one request; yields the worker's stream with ``resolved`` on the first message.
 
+        The steps, each narrowing what is left: :meth:`_check` the fields, :meth:`_resolve`
+        the name to one immutable version, :meth:`_budget` its cold-start budget,
+        :meth:`_take_quota`, :meth:`_attempts` on workers until one streams, and
+        :meth:`_account` for what it cost, however it ended.
+
         Raises a :class:`~loraplane.shared.errors.LoraplaneError` (classified) on refusal.
         """
         started = self._monotonic()
         rid = request_id or new_request_id()
+        base_request = self._check(req)
+        request_class = req.request_class or INTERACTIVE
+        timeout = timeout_s if timeout_s is not None else self.limits.default_deadline_s
+        resolved = self._resolve(principal, req, rid, request_class, base_request)
+        series = self.metrics.series(*resolved.labels)
+        budget = self._budget(resolved, request_class)
+        served = _Served()
+        try:
+            served.quota = self._take_quota(principal, req)
+            attempts = self._attempts(principal, req, rid, request_class, resolved, budget,
+                                      series, started, started + timeout, served)
+            async with contextlib.aclosing(attempts):  # closed with the caller's stream
+                async for msg in attempts:
+                    yield msg
+            if served.target is not None and served.target.use_base and resolved.info is not None:
+                served.outcome = "degraded"
+                series.degraded.inc()
+        except LoraplaneError as exc:
+            served.status = exc.grpc_code
+            served.outcome = served.status.name.lower()
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            served.status = grpc.StatusCode.CANCELLED
+            served.outcome = "cancelled"
+            raise
+        finally:
+            self._account(resolved, rid, request_class, series, started, served)
+
+    def _check(self, req: inference_pb2.GenerateRequest) -> bool:
+        """Refuse a request with bad fields, naming every problem (INVALID_ARGUMENT);
+        return whether it names the base model rather than an adapter."""
         problems = validate_params(req, self.limits)
         base_request = is_base_model(req.adapter)
         if not base_request:
@@ -363,211 +428,237 @@ class Gateway:
         if problems:
             self.metrics.refused.labels("invalid_argument").inc()
             raise InvalidArgument("; ".join(problems))
-        request_class = req.request_class or INTERACTIVE
-        klass = CLASS_NAMES[request_class]
-        timeout = timeout_s if timeout_s is not None else self.limits.default_deadline_s
+        return base_request
 
-        info: VersionInfo | None = None
-        canary = False
+    def _resolve(
+        self,
+        principal: Principal,
+        req: inference_pb2.GenerateRequest,
+        rid: str,
+        request_class: int,
+        base_request: bool,
+    ) -> _Resolved:
+        """Name → one immutable version (the sticky canary split), or the base model; refuses
+        an unknown, unreleased, withdrawn or not yet routable one."""
+        klass = CLASS_NAMES[request_class]
         if base_request:
             base_model = self._base_model_of(req)
             ref = common_pb2.AdapterRef(tenant_id=principal.tenant_id, base_model=base_model)
-            labels = (principal.tenant_id, BASE_LABEL, base_model, klass)
-        else:
-            try:
-                entry = self.catalog.lookup(principal.tenant_id, req.adapter)
-            except LoraplaneError as exc:
-                self.metrics.refused.labels(getattr(exc, "code", "lookup")).inc()
-                raise
-            release = entry.release
-            canary_info = entry.versions.get(release.canary) if release.canary else None
-            canary_warm = canary_info is not None and self.placement.is_warm(
-                canary_info.base_model or entry.base_model, canary_info.engine_id
-            )
-            resolution = resolve(
-                release, req.request_key or rid, request_class, canary_warm=canary_warm
-            )
-            if resolution is None:
-                raise NoReleasedVersion(f"adapter {req.adapter!r} has no released version")
-            if resolution.canary_held_back and canary_info is not None:
-                self.prewarm.request(
-                    canary_info.ref(), canary_info.engine_id, CANARY, "canary_not_warm"
-                )
-            info = entry.versions.get(resolution.version)
-            if info is not None and info.withdrawn:
-                self.metrics.refused.labels(VersionWithdrawn.code).inc()
-                raise VersionWithdrawn(
-                    f"version {resolution.version} of {req.adapter!r} was withdrawn by the "
-                    f"canary analysis ({withdrawal_detail(info.withdrawn)}); there is no "
-                    "version to fall back to until its owner promotes one")
-            if info is None or not info.complete or info.retired:
-                if self._on_incomplete is not None and (info is None or not info.complete):
-                    self._on_incomplete(release.tenant_id, release.name, resolution.version)
-                raise VersionNotReady(
-                    f"version {resolution.version} of {req.adapter!r} is not routable yet",
-                    retry_after_s=1.0,
-                )
-            canary = resolution.canary
-            base_model = info.base_model or entry.base_model
-            ref = info.ref()
-            labels = (release.tenant_id, release.name, resolution.version, klass)
-
-        series = self.metrics.series(*labels)
-        budget = (
-            self.budgets.for_request(ref.tenant_id, ref.adapter_name, request_class)
-            if info is not None
-            else ClassBudget(budget_ms=0, on_cold=ColdPolicy.FAIL_FAST)
-        )
-        exclude = self._excluded()
-        quota: QuotaLease | None = None
-        priority = self.quotas.policies.priority(principal.tenant_id) if self.quotas else 0
-        outcome = "ok"
-        status = grpc.StatusCode.OK
-        target: _Target | None = None
-        first_at = 0.0
-        prompt_tokens = output_tokens = 0
-        degrade = False
+            return _Resolved(None, ref, base_model, False,
+                             (principal.tenant_id, BASE_LABEL, base_model, klass))
         try:
-            if self.quotas is not None:
-                try:
-                    quota = self.quotas.acquire(principal.tenant_id, req.adapter,
-                                                req.max_tokens or 1, self._monotonic())
-                except QuotaExceeded as exc:
-                    if self.flow is not None and self.flow.metrics is not None:
-                        self.flow.metrics.quota_refused.labels(principal.tenant_id,
-                                                               exc.quota).inc()
-                    raise
-            for attempt in range(MAX_ROUTE_ATTEMPTS):
-                if info is None:
-                    target = self._plan_base(base_model, exclude)
-                elif degrade:
-                    target = self._plan_degrade(info, exclude)
-                else:
-                    target = await self._plan(info, budget, request_class, started, exclude)
-                if target.budget_exceeded:
-                    series.budget_exceeded.inc()
-                series.routed_to(TIER_NAMES.get(target.tier, "unspecified"))
-                wreq = self._worker_request(rid, req, request_class, ref, info, base_model,
-                                            target, started + timeout)
-                # the canary must not be the worker's own LRU victim mid-split
-                wreq.never_evict = canary and info is not None and not target.use_base
-                wid = target.worker.worker_id
-                wreq.priority = priority  # type: ignore[assignment]
-                permit: Permit | None = None
-                if self.flow is not None:
-                    self.local.begin(wid)  # a waiter counts as load: the next goes elsewhere
-                    try:
-                        permit = await self.flow.admit(
-                            wid, tenant=principal.tenant_id, request_class=request_class,
-                            priority=priority, cost=req.max_tokens or 1,
-                        )
-                    finally:
-                        self.local.end(wid)
-                call = self.workers.stub(target.worker.address).Generate(
-                    wreq, timeout=max(0.001, started + timeout - self._monotonic())
-                )
-                self.local.begin(wid)
-                if target.starts_load and info is not None:
-                    self.local.start_load(wid, info.engine_id)
-                load_open = target.starts_load
-                try:
-                    first = True
-                    async for msg in call:
-                        if first:
-                            first = False
-                            first_at = self._monotonic()
-                            if load_open and info is not None:
-                                load_open = False
-                                self.local.finish_load(wid, info.engine_id)
-                            self._stamp(msg, ref, target, canary, rid)
-                        if msg.finished:
-                            prompt_tokens = msg.usage.prompt_tokens
-                            output_tokens = msg.usage.output_tokens
-                            msg.usage.ttft_ms = (first_at - started) * 1000.0
-                            msg.usage.duration_ms = (self._monotonic() - started) * 1000.0
-                            if permit is not None:
-                                # the engine is done with it: free the slot before the
-                                # client can send its next request (else that one waits
-                                # for this generator to resume)
-                                permit.release()
-                        yield msg
-                    break
-                except grpc.aio.AioRpcError as err:
-                    if (
-                        err.code() == grpc.StatusCode.UNAVAILABLE
-                        and first_at == 0.0
-                        and attempt + 1 < MAX_ROUTE_ATTEMPTS
-                    ):
-                        reason = _trailing(err, REASON_METADATA)
-                        if reason in VERSION_LEVEL_REASONS and info is not None:
-                            # The worker is fine; this version is leaving it (or left):
-                            # plan again with the version COLD there (budget rules apply).
-                            self.placement.forget_version(wid, info.engine_id)
-                            continue
-                        self._suspect[wid] = self._monotonic() + self.limits.worker_suspect_s
-                        exclude = exclude | {wid}
-                        continue
-                    if (
-                        err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                        and first_at == 0.0
-                        and info is not None
-                        and not target.use_base
-                        and attempt + 1 < MAX_ROUTE_ATTEMPTS
-                        and _trailing(err, REASON_METADATA) in NO_SLOT_REASONS
-                        and degrades_without_slot(budget)
-                    ):
-                        degrade = True  # no HOT slot within the budget: base model
-                        self.prewarm.request(info.ref(), info.engine_id, request_class,
-                                             "no_slot")
-                        continue
-                    raise from_rpc_error(err, wid) from None
-                finally:
-                    if not call.done():
-                        call.cancel()
-                    self.local.end(wid)
-                    if permit is not None:
-                        permit.release()
-                    if load_open and info is not None:
-                        self.local.finish_load(wid, info.engine_id)
-            if target is not None and target.use_base and info is not None:
-                outcome = "degraded"
-                series.degraded.inc()
+            entry = self.catalog.lookup(principal.tenant_id, req.adapter)
         except LoraplaneError as exc:
-            status = exc.grpc_code
-            outcome = status.name.lower()
+            self.metrics.refused.labels(getattr(exc, "code", "lookup")).inc()
             raise
-        except (asyncio.CancelledError, GeneratorExit):
-            status = grpc.StatusCode.CANCELLED
-            outcome = "cancelled"
+        release = entry.release
+        canary_info = entry.versions.get(release.canary) if release.canary else None
+        canary_warm = canary_info is not None and self.placement.is_warm(
+            canary_info.base_model or entry.base_model, canary_info.engine_id
+        )
+        resolution = resolve(
+            release, req.request_key or rid, request_class, canary_warm=canary_warm
+        )
+        if resolution is None:
+            raise NoReleasedVersion(f"adapter {req.adapter!r} has no released version")
+        if resolution.canary_held_back and canary_info is not None:
+            self.prewarm.request(
+                canary_info.ref(), canary_info.engine_id, CANARY, "canary_not_warm"
+            )
+        info = entry.versions.get(resolution.version)
+        if info is not None and info.withdrawn:
+            self.metrics.refused.labels(VersionWithdrawn.code).inc()
+            raise VersionWithdrawn(
+                f"version {resolution.version} of {req.adapter!r} was withdrawn by the "
+                f"canary analysis ({withdrawal_detail(info.withdrawn)}); there is no "
+                "version to fall back to until its owner promotes one")
+        if info is None or not info.complete or info.retired:
+            if self._on_incomplete is not None and (info is None or not info.complete):
+                self._on_incomplete(release.tenant_id, release.name, resolution.version)
+            raise VersionNotReady(
+                f"version {resolution.version} of {req.adapter!r} is not routable yet",
+                retry_after_s=1.0,
+            )
+        return _Resolved(info, info.ref(), info.base_model or entry.base_model,
+                         resolution.canary,
+                         (release.tenant_id, release.name, resolution.version, klass))
+
+    def _budget(self, resolved: _Resolved, request_class: int) -> ClassBudget:
+        """The cold-start budget of the version's class (the base model is never cold)."""
+        if resolved.info is None:
+            return ClassBudget(budget_ms=0, on_cold=ColdPolicy.FAIL_FAST)
+        ref = resolved.ref
+        return self.budgets.for_request(ref.tenant_id, ref.adapter_name, request_class)
+
+    def _take_quota(
+        self, principal: Principal, req: inference_pb2.GenerateRequest
+    ) -> QuotaLease | None:
+        """The tenant's quota lease (None without quotas); refuses beyond it (429)."""
+        if self.quotas is None:
+            return None
+        try:
+            return self.quotas.acquire(principal.tenant_id, req.adapter,
+                                       req.max_tokens or 1, self._monotonic())
+        except QuotaExceeded as exc:
+            if self.flow is not None and self.flow.metrics is not None:
+                self.flow.metrics.quota_refused.labels(principal.tenant_id, exc.quota).inc()
             raise
-        finally:
-            end = self._monotonic()
-            if quota is not None and self.quotas is not None:
-                self.quotas.release(quota, output_tokens, end)
-            series.outcome(outcome)
-            if first_at:
-                series.ttft.observe(first_at - started)
-            series.duration.observe(end - started)
-            if info is not None or target is not None:
-                self.heat.record(
-                    Completion(
-                        adapter=ref,
-                        request_id=rid,
-                        worker_id=target.worker.worker_id if target is not None else "",
-                        request_class=request_class,
-                        # never reached a worker: refused because it was cold (or no worker)
-                        tier_at_arrival=target.tier if target is not None else TIER_COLD,
-                        ttft_ms=(first_at - started) * 1000.0 if first_at else 0.0,
-                        duration_ms=(end - started) * 1000.0,
-                        prompt_tokens=prompt_tokens,
-                        output_tokens=output_tokens,
-                        status_code=status.value[0],
-                        degraded_to_base=bool(target is not None and target.use_base
-                                              and info is not None),
-                        engine_id=info.engine_id if info is not None else 0,
-                        at=self._clock(),
+
+    async def _attempts(
+        self,
+        principal: Principal,
+        req: inference_pb2.GenerateRequest,
+        rid: str,
+        request_class: int,
+        resolved: _Resolved,
+        budget: ClassBudget,
+        series: Series,
+        started: float,
+        deadline: float,
+        served: _Served,
+    ) -> AsyncGenerator[inference_pb2.GenerateResponse, None]:
+        """Plan a worker, pass flow control, stream its answer; before the first token, plan
+        again (up to ``MAX_ROUTE_ATTEMPTS``) without a worker that answered UNAVAILABLE, with
+        the version COLD on one it is leaving, or on the base model when no HOT slot frees
+        within the budget. ``served`` records the target, first token and usage."""
+        info, ref, base_model = resolved.info, resolved.ref, resolved.base_model
+        exclude = self._excluded()
+        priority = self.quotas.policies.priority(principal.tenant_id) if self.quotas else 0
+        degrade = False
+        for attempt in range(MAX_ROUTE_ATTEMPTS):
+            if info is None:
+                target = self._plan_base(base_model, exclude)
+            elif degrade:
+                target = self._plan_degrade(info, exclude)
+            else:
+                target = await self._plan(info, budget, request_class, started, exclude)
+            served.target = target
+            if target.budget_exceeded:
+                series.budget_exceeded.inc()
+            series.routed_to(TIER_NAMES.get(target.tier, "unspecified"))
+            wreq = self._worker_request(rid, req, request_class, ref, info, base_model,
+                                        target, deadline)
+            # the canary must not be the worker's own LRU victim mid-split
+            wreq.never_evict = resolved.canary and info is not None and not target.use_base
+            wid = target.worker.worker_id
+            wreq.priority = priority  # type: ignore[assignment]
+            permit: Permit | None = None
+            if self.flow is not None:
+                self.local.begin(wid)  # a waiter counts as load: the next goes elsewhere
+                try:
+                    permit = await self.flow.admit(
+                        wid, tenant=principal.tenant_id, request_class=request_class,
+                        priority=priority, cost=req.max_tokens or 1,
                     )
+                finally:
+                    self.local.end(wid)
+            call = self.workers.stub(target.worker.address).Generate(
+                wreq, timeout=max(0.001, deadline - self._monotonic())
+            )
+            self.local.begin(wid)
+            if target.starts_load and info is not None:
+                self.local.start_load(wid, info.engine_id)
+            load_open = target.starts_load
+            try:
+                first = True
+                async for msg in call:
+                    if first:
+                        first = False
+                        served.first_at = self._monotonic()
+                        if load_open and info is not None:
+                            load_open = False
+                            self.local.finish_load(wid, info.engine_id)
+                        self._stamp(msg, ref, target, resolved.canary, rid)
+                    if msg.finished:
+                        served.prompt_tokens = msg.usage.prompt_tokens
+                        served.output_tokens = msg.usage.output_tokens
+                        msg.usage.ttft_ms = (served.first_at - started) * 1000.0
+                        msg.usage.duration_ms = (self._monotonic() - started) * 1000.0
+                        if permit is not None:
+                            # the engine is done with it: free the slot before the
+                            # client can send its next request (else that one waits
+                            # for this generator to resume)
+                            permit.release()
+                    yield msg
+                return
+            except grpc.aio.AioRpcError as err:
+                if (
+                    err.code() == grpc.StatusCode.UNAVAILABLE
+                    and served.first_at == 0.0
+                    and attempt + 1 < MAX_ROUTE_ATTEMPTS
+                ):
+                    reason = _trailing(err, REASON_METADATA)
+                    if reason in VERSION_LEVEL_REASONS and info is not None:
+                        # The worker is fine; this version is leaving it (or left):
+                        # plan again with the version COLD there (budget rules apply).
+                        self.placement.forget_version(wid, info.engine_id)
+                        continue
+                    self._suspect[wid] = self._monotonic() + self.limits.worker_suspect_s
+                    exclude = exclude | {wid}
+                    continue
+                if (
+                    err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    and served.first_at == 0.0
+                    and info is not None
+                    and not target.use_base
+                    and attempt + 1 < MAX_ROUTE_ATTEMPTS
+                    and _trailing(err, REASON_METADATA) in NO_SLOT_REASONS
+                    and degrades_without_slot(budget)
+                ):
+                    degrade = True  # no HOT slot within the budget: base model
+                    self.prewarm.request(info.ref(), info.engine_id, request_class,
+                                         "no_slot")
+                    continue
+                raise from_rpc_error(err, wid) from None
+            finally:
+                if not call.done():
+                    call.cancel()
+                self.local.end(wid)
+                if permit is not None:
+                    permit.release()
+                if load_open and info is not None:
+                    self.local.finish_load(wid, info.engine_id)
+
+    def _account(
+        self,
+        resolved: _Resolved,
+        rid: str,
+        request_class: int,
+        series: Series,
+        started: float,
+        served: _Served,
+    ) -> None:
+        """Record what the request cost, however it ended: the quota lease back with the
+        tokens it made, outcome, TTFT and duration, and its heat when it named a version or
+        reached a worker."""
+        end = self._monotonic()
+        if served.quota is not None and self.quotas is not None:
+            self.quotas.release(served.quota, served.output_tokens, end)
+        series.outcome(served.outcome)
+        first_at, target, info = served.first_at, served.target, resolved.info
+        if first_at:
+            series.ttft.observe(first_at - started)
+        series.duration.observe(end - started)
+        if info is not None or target is not None:
+            self.heat.record(
+                Completion(
+                    adapter=resolved.ref,
+                    request_id=rid,
+                    worker_id=target.worker.worker_id if target is not None else "",
+                    request_class=request_class,
+                    # never reached a worker: refused because it was cold (or no worker)
+                    tier_at_arrival=target.tier if target is not None else TIER_COLD,
+                    ttft_ms=(first_at - started) * 1000.0 if first_at else 0.0,
+                    duration_ms=(end - started) * 1000.0,
+                    prompt_tokens=served.prompt_tokens,
+                    output_tokens=served.output_tokens,
+                    status_code=served.status.value[0],
+                    degraded_to_base=bool(target is not None and target.use_base
+                                          and info is not None),
+                    engine_id=info.engine_id if info is not None else 0,
+                    at=self._clock(),
                 )
+            )
 
     def _worker_request(
         self,

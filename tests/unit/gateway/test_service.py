@@ -345,6 +345,29 @@ async def test_cancelling_the_caller_cancels_the_worker_call() -> None:
         assert h.metric("loraplane_gateway_requests_total", labels) == 1
 
 
+async def test_a_caller_closing_the_stream_ends_the_worker_call_within_the_close() -> None:
+    """A caller that stops reading closes the stream (an HTTP client gone): the worker
+    call, its load count and the request's accounting end inside that close, not later."""
+    async with harness(n_workers=1) as h:
+        w = h.workers["w0"]
+        w.hot.add(11)
+        w.token_delay_s = 0.05
+        h.report("w0")
+        stream = h.gateway.generate(ACME, req(max_tokens=100))
+        first = await anext(stream)
+        assert first.resolved.worker_id == "w0" and h.gateway.local.in_flight["w0"] == 1
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert h.gateway.local.in_flight["w0"] == 0
+        labels = {"tenant": "acme", "adapter": "support", "version": "v1",
+                  "class": "interactive", "outcome": "cancelled"}
+        assert h.metric("loraplane_gateway_requests_total", labels) == 1
+        for _ in range(50):
+            if w.cancelled:
+                break
+            await asyncio.sleep(0.02)
+        assert w.cancelled == 1
+
+
 async def test_incomplete_version_is_unavailable_and_repaired() -> None:
     async with harness() as h:
         asked: list[tuple[str, str, str]] = []
