@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from loraplane.registry import audit
+from loraplane.registry.context import Ctx
 from loraplane.registry.convert import ts
 from loraplane.registry.grammar import Problem, check_adapter_name, check_tenant_id, require
 from loraplane.shared import outbox
@@ -58,7 +59,7 @@ def _json(row: Any) -> dict[str, Any] | None:
 
 async def set_tenant_quota(
     conn: asyncpg.Connection,
-    ctx: Any,
+    ctx: Ctx,
     *,
     tenant_id: str,
     adapter_name: str = "",
@@ -66,10 +67,7 @@ async def set_tenant_quota(
     tokens_per_s: float = 0.0,
     clear: bool = False,
 ) -> registry_pb2.TenantQuota | None:
-    """Set (or with ``clear`` remove) a quota; returns it (None when cleared).
-
-    ``ctx`` is the registry's :class:`~loraplane.registry.service.Ctx`.
-    """
+    """Set (or with ``clear`` remove) a quota; returns it (None when cleared)."""
     problems = [*check_tenant_id(tenant_id), *check_quota(max_in_flight, tokens_per_s)]
     if adapter_name:
         problems.extend(check_adapter_name(adapter_name))

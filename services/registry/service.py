@@ -1,4 +1,4 @@
-"""Registry service layer: every operation is a function over one connection.
+"""Registry versions and releases: every operation is a function over one connection.
 
 Each function runs inside the caller's transaction (``async with transaction(pool) as
 conn``), validates its input (INVALID_ARGUMENT names every bad field), applies the
@@ -12,32 +12,27 @@ outbox row is written, which makes outbox id order equal to commit order per ada
 
 from __future__ import annotations
 
-import hashlib
 import math
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 
 from loraplane.registry import audit
+from loraplane.registry.context import Ctx
 from loraplane.registry.convert import (
     STATUS_FROM_PROTO,
     VERSION_COLUMNS,
     VERSION_FROM,
     adapter_ref,
-    api_key_pb,
     files_json,
     priority_db,
     reasons_json,
-    tenant_pb,
     version_pb,
 )
 from loraplane.registry.grammar import (
-    MAX_DESCRIPTION_LEN,
-    MAX_DISPLAY_NAME_LEN,
     MAX_RANK,
     MODULE_RE,
     REVISION_RE,
@@ -58,7 +53,7 @@ from loraplane.registry.grammar import (
     require,
     signature_uri,
 )
-from loraplane.registry.paging import decode_int_token, decode_token, encode_token, page_size
+from loraplane.registry.paging import decode_int_token, encode_token, page_size
 from loraplane.registry.status import (
     Pointers,
     ReleasePlan,
@@ -68,364 +63,16 @@ from loraplane.registry.status import (
     plan_retire,
     plan_rollback,
 )
+from loraplane.registry.tenants import tenant_row
 from loraplane.shared import outbox
 from loraplane.shared.dedupe import claim
 from loraplane.shared.errors import AlreadyExists, FailedPrecondition, NotFound
 from loraplane.shared.signing import SIGNATURE_FILENAME
-from loraplane.shared.topics import Clock, new_meta, utc_now
+from loraplane.shared.topics import new_meta
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2
 
-API_KEY_PREFIX = "lp_"
-"""Every API key secret starts with this (so leaked keys are recognisable)."""
-API_KEY_PREFIX_LEN = 11
-"""Characters of the secret kept for display (``lp_`` + 8)."""
 UPLOAD_TTL = timedelta(hours=1)
 """Validity of an upload plan (informational while uploads use the caller's credentials)."""
-
-
-@dataclass(frozen=True)
-class Ctx:
-    """Who acts and how events are stamped."""
-
-    actor: str
-    """Recorded in the audit log (e.g. ``ci/acme-pipeline``, ``system/admission``)."""
-    producer: str = "registry/registry-0"
-    """``meta.producer`` of the events written."""
-    clock: Clock = field(default=utc_now)
-    """Time source of ``meta.occurred_at``."""
-    topic_prefix: str = ""
-    """Prefix of the topics events go to (an isolated namespace; "" in production)."""
-    canary_clearance: bool = True
-    """A new canary waits for the canary analysis to clear it (``ClearCanary``) before
-    tenant traffic; False: it is cleared when set (no analysis runs)."""
-
-
-# =========================================================================== tenants
-
-
-async def _tenant_row(conn: asyncpg.Connection, tenant_id: str, *, lock: str = "") -> Any:
-    row = await conn.fetchrow(f"SELECT * FROM tenants WHERE tenant_id = $1 {lock}", tenant_id)
-    if row is None:
-        raise NotFound(f"tenant {tenant_id!r} does not exist")
-    return row
-
-
-def _tenant_json(row: Any) -> dict[str, Any]:
-    return {
-        "tenant_id": row["tenant_id"],
-        "display_name": row["display_name"],
-        "default_priority": row["default_priority"],
-    }
-
-
-async def _tenant_event(conn: asyncpg.Connection, ctx: Ctx, row: Any) -> None:
-    event = events_pb2.TenantEvent(meta=new_meta(ctx.producer, clock=ctx.clock))
-    event.tenant_upserted.CopyFrom(events_pb2.TenantUpserted(
-        tenant_id=row["tenant_id"],
-        display_name=row["display_name"],
-        default_priority=tenant_pb(row).default_priority,
-        disabled=False,
-    ))
-    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix, tenant_id=row["tenant_id"])
-
-
-async def create_tenant(
-    conn: asyncpg.Connection,
-    ctx: Ctx,
-    *,
-    tenant_id: str,
-    display_name: str = "",
-    default_priority: int = common_pb2.PRIORITY_UNSPECIFIED,
-) -> registry_pb2.Tenant:
-    """Create a tenant (PRIORITY_UNSPECIFIED → bronze). ALREADY_EXISTS if the id is taken."""
-    problems = [
-        *check_tenant_id(tenant_id),
-        *check_priority_value(default_priority, "default_priority", allow_unspecified=True),
-    ]
-    if len(display_name) > MAX_DISPLAY_NAME_LEN:
-        problems.append(Problem("display_name", f"longer than {MAX_DISPLAY_NAME_LEN} characters"))
-    require(problems)
-    prio = priority_db(default_priority) or "bronze"
-    row = await conn.fetchrow(
-        "INSERT INTO tenants (tenant_id, display_name, default_priority) VALUES ($1, $2, $3) "
-        "ON CONFLICT (tenant_id) DO NOTHING RETURNING *",
-        tenant_id, display_name, prio,
-    )
-    if row is None:
-        raise AlreadyExists(f"tenant {tenant_id!r} already exists")
-    await audit.write(conn, actor=ctx.actor, action="tenant.create",
-                      subject=audit.subject_tenant(tenant_id), before=None,
-                      after=_tenant_json(row))
-    await _tenant_event(conn, ctx, row)
-    return tenant_pb(row)
-
-
-async def get_tenant(conn: asyncpg.Connection, *, tenant_id: str) -> registry_pb2.Tenant:
-    """Read one tenant; NOT_FOUND if unknown."""
-    require(check_tenant_id(tenant_id))
-    return tenant_pb(await _tenant_row(conn, tenant_id))
-
-
-async def list_tenants(
-    conn: asyncpg.Connection, *, size: int = 0, token: str = ""
-) -> tuple[list[registry_pb2.Tenant], str]:
-    """Tenants ordered by id; returns (tenants, next page token)."""
-    limit = page_size(size)
-    after = decode_token(token)
-    rows = await conn.fetch(
-        "SELECT * FROM tenants WHERE tenant_id > $1 ORDER BY tenant_id LIMIT $2",
-        after, limit + 1,
-    )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return [tenant_pb(r) for r in rows], encode_token(rows[-1]["tenant_id"]) if more else ""
-
-
-async def set_tenant_priority(
-    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, priority: int
-) -> registry_pb2.Tenant:
-    """Change a tenant's default priority (must be set: 1..4)."""
-    require([
-        *check_tenant_id(tenant_id),
-        *check_priority_value(priority, "priority", allow_unspecified=False),
-    ])
-    before = await _tenant_row(conn, tenant_id, lock="FOR UPDATE")
-    label = priority_db(priority)
-    if before["default_priority"] == label:
-        return tenant_pb(before)
-    row = await conn.fetchrow(
-        "UPDATE tenants SET default_priority = $2, updated_at = now() WHERE tenant_id = $1 "
-        "RETURNING *",
-        tenant_id, label,
-    )
-    await audit.write(conn, actor=ctx.actor, action="tenant.set_priority",
-                      subject=audit.subject_tenant(tenant_id), before=_tenant_json(before),
-                      after=_tenant_json(row))
-    await _tenant_event(conn, ctx, row)
-    return tenant_pb(row)
-
-
-# =========================================================================== API keys
-
-
-def hash_secret(secret: str) -> str:
-    """SHA-256 hex of an API key secret (what is stored and sent to the gateway)."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
-
-
-async def create_api_key(
-    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, description: str = ""
-) -> tuple[registry_pb2.ApiKeyInfo, str]:
-    """Create a key; returns (info, secret). Only the hash is stored; the secret is
-    returned here and never again."""
-    problems = check_tenant_id(tenant_id)
-    if len(description) > MAX_DESCRIPTION_LEN:
-        problems.append(Problem("description", f"longer than {MAX_DESCRIPTION_LEN} characters"))
-    require(problems)
-    await _tenant_row(conn, tenant_id, lock="FOR SHARE")
-    secret = API_KEY_PREFIX + secrets.token_urlsafe(32)
-    key_id = "key_" + secrets.token_hex(8)
-    row = await conn.fetchrow(
-        "INSERT INTO api_keys (key_id, tenant_id, prefix, key_hash, description, created_by) "
-        "VALUES ($1, $2, $3, $4, $5, $6) RETURNING *",
-        key_id, tenant_id, secret[:API_KEY_PREFIX_LEN], hash_secret(secret), description,
-        ctx.actor,
-    )
-    info = api_key_pb(row)
-    await audit.write(conn, actor=ctx.actor, action="apikey.create",
-                      subject=audit.subject_tenant(tenant_id), before=None,
-                      after={"key_id": key_id, "prefix": info.prefix,
-                             "description": description})
-    event = events_pb2.TenantEvent(meta=new_meta(ctx.producer, clock=ctx.clock))
-    event.api_key_created.CopyFrom(events_pb2.ApiKeyCreated(
-        tenant_id=tenant_id, key_id=key_id, prefix=info.prefix, key_hash=row["key_hash"],
-    ))
-    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix, tenant_id=tenant_id)
-    return info, secret
-
-
-async def revoke_api_key(
-    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, key_id: str
-) -> registry_pb2.ApiKeyInfo:
-    """Revoke a key (idempotent: revoking a revoked key changes nothing)."""
-    problems = check_tenant_id(tenant_id)
-    if not key_id:
-        problems.append(Problem("key_id", "is required"))
-    require(problems)
-    await _tenant_row(conn, tenant_id)
-    row = await conn.fetchrow(
-        "SELECT * FROM api_keys WHERE key_id = $1 AND tenant_id = $2 FOR UPDATE",
-        key_id, tenant_id,
-    )
-    if row is None:
-        raise NotFound(f"API key {key_id!r} of tenant {tenant_id!r} does not exist")
-    if row["revoked_at"] is not None:
-        return api_key_pb(row)
-    row = await conn.fetchrow(
-        "UPDATE api_keys SET revoked_at = now() WHERE key_id = $1 RETURNING *", key_id
-    )
-    await audit.write(conn, actor=ctx.actor, action="apikey.revoke",
-                      subject=audit.subject_tenant(tenant_id),
-                      before={"key_id": key_id, "revoked": False},
-                      after={"key_id": key_id, "revoked": True})
-    event = events_pb2.TenantEvent(meta=new_meta(ctx.producer, clock=ctx.clock))
-    event.api_key_revoked.CopyFrom(events_pb2.ApiKeyRevoked(tenant_id=tenant_id, key_id=key_id))
-    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix, tenant_id=tenant_id)
-    return api_key_pb(row)
-
-
-async def list_api_keys(
-    conn: asyncpg.Connection, *, tenant_id: str, include_revoked: bool = False
-) -> list[registry_pb2.ApiKeyInfo]:
-    """A tenant's keys, oldest first (prefixes only)."""
-    require(check_tenant_id(tenant_id))
-    await _tenant_row(conn, tenant_id)
-    rows = await conn.fetch(
-        "SELECT * FROM api_keys WHERE tenant_id = $1 AND ($2 OR revoked_at IS NULL) "
-        "ORDER BY created_at, key_id",
-        tenant_id, include_revoked,
-    )
-    return [api_key_pb(r) for r in rows]
-
-
-# =========================================================================== shares
-
-
-async def _share_target(
-    conn: asyncpg.Connection, *, tenant_id: str, adapter_name: str, grantee_tenant_id: str
-) -> str:
-    """Validate a share's three names (every problem at once); lock the adapter row;
-    returns the adapter id."""
-    problems = check_tenant_id(tenant_id)
-    problems += check_adapter_name(adapter_name)
-    problems += check_tenant_id(grantee_tenant_id, "grantee_tenant_id")
-    if tenant_id and tenant_id == grantee_tenant_id:
-        problems.append(Problem("grantee_tenant_id", "is the owner itself"))
-    require(problems)
-    await _tenant_row(conn, tenant_id, lock="FOR SHARE")
-    adapter_id = f"{tenant_id}/{adapter_name}"
-    if await conn.fetchval(
-        "SELECT 1 FROM adapters WHERE adapter_id = $1 FOR UPDATE", adapter_id
-    ) is None:
-        raise NotFound(f"adapter {adapter_id!r} does not exist")
-    return adapter_id
-
-
-async def _grantees(conn: asyncpg.Connection, adapter_id: str) -> list[str]:
-    rows = await conn.fetch(
-        "SELECT tenant_id FROM adapter_shares WHERE adapter_id = $1 ORDER BY tenant_id",
-        adapter_id,
-    )
-    return [r["tenant_id"] for r in rows]
-
-
-async def _share_event(
-    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, adapter_name: str,
-    grantee_tenant_id: str, shared: bool,
-) -> None:
-    event = events_pb2.TenantEvent(meta=new_meta(ctx.producer, clock=ctx.clock))
-    event.adapter_share_changed.CopyFrom(events_pb2.AdapterShareChanged(
-        tenant_id=tenant_id, adapter_name=adapter_name, grantee_tenant_id=grantee_tenant_id,
-        shared=shared,
-    ))
-    await outbox.enqueue(conn, event, topic_prefix=ctx.topic_prefix, tenant_id=tenant_id)
-
-
-async def share_adapter(
-    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, adapter_name: str,
-    grantee_tenant_id: str,
-) -> tuple[bool, list[str]]:
-    """Let ``grantee_tenant_id`` call ``tenant_id/adapter_name`` by name; returns
-    (changed, every grantee). Idempotent: an existing share changes nothing and emits
-    nothing. A name the grantee could not resolve to this adapter is refused
-    (FAILED_PRECONDITION): its own adapter of that name, or another owner's shared under
-    that name."""
-    adapter_id = await _share_target(conn, tenant_id=tenant_id, adapter_name=adapter_name,
-                                     grantee_tenant_id=grantee_tenant_id)
-    await _tenant_row(conn, grantee_tenant_id, lock="FOR SHARE")
-    # one share decision per grantee at a time (an advisory lock, not a row lock: two
-    # tenants sharing with each other must not deadlock)
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                       f"loraplane.share:{grantee_tenant_id}")
-    if await conn.fetchval("SELECT 1 FROM adapters WHERE tenant_id = $1 AND name = $2",
-                           grantee_tenant_id, adapter_name):
-        raise FailedPrecondition(
-            f"tenant {grantee_tenant_id!r} has its own adapter {adapter_name!r}; a share of "
-            f"{adapter_id!r} would never be used"
-        )
-    other = await conn.fetchval(
-        "SELECT a.adapter_id FROM adapter_shares s JOIN adapters a ON a.adapter_id = s.adapter_id "
-        "WHERE s.tenant_id = $1 AND a.name = $2 AND a.adapter_id <> $3",
-        grantee_tenant_id, adapter_name, adapter_id,
-    )
-    if other is not None:
-        raise FailedPrecondition(
-            f"tenant {grantee_tenant_id!r} already has {other!r} shared under the name "
-            f"{adapter_name!r}; unshare it first"
-        )
-    inserted = await conn.fetchval(
-        "INSERT INTO adapter_shares (adapter_id, tenant_id) VALUES ($1, $2) "
-        "ON CONFLICT DO NOTHING RETURNING 1",
-        adapter_id, grantee_tenant_id,
-    )
-    if inserted is None:
-        return False, await _grantees(conn, adapter_id)
-    await audit.write(conn, actor=ctx.actor, action="adapter.share",
-                      subject=audit.subject_adapter(tenant_id, adapter_name),
-                      before=None, after={"grantee_tenant_id": grantee_tenant_id})
-    await _share_event(conn, ctx, tenant_id=tenant_id, adapter_name=adapter_name,
-                       grantee_tenant_id=grantee_tenant_id, shared=True)
-    return True, await _grantees(conn, adapter_id)
-
-
-async def unshare_adapter(
-    conn: asyncpg.Connection, ctx: Ctx, *, tenant_id: str, adapter_name: str,
-    grantee_tenant_id: str,
-) -> tuple[bool, list[str]]:
-    """End a share; returns (changed, the grantees left). Idempotent."""
-    adapter_id = await _share_target(conn, tenant_id=tenant_id, adapter_name=adapter_name,
-                                     grantee_tenant_id=grantee_tenant_id)
-    await _tenant_row(conn, grantee_tenant_id)  # an unknown grantee is NOT_FOUND, not "no-op"
-    deleted = await conn.fetchval(
-        "DELETE FROM adapter_shares WHERE adapter_id = $1 AND tenant_id = $2 RETURNING 1",
-        adapter_id, grantee_tenant_id,
-    )
-    if deleted is None:
-        return False, await _grantees(conn, adapter_id)
-    await audit.write(conn, actor=ctx.actor, action="adapter.unshare",
-                      subject=audit.subject_adapter(tenant_id, adapter_name),
-                      before={"grantee_tenant_id": grantee_tenant_id}, after=None)
-    await _share_event(conn, ctx, tenant_id=tenant_id, adapter_name=adapter_name,
-                       grantee_tenant_id=grantee_tenant_id, shared=False)
-    return True, await _grantees(conn, adapter_id)
-
-
-async def list_shares(
-    conn: asyncpg.Connection, *, tenant_id: str, adapter_name: str = ""
-) -> list[registry_pb2.AdapterShare]:
-    """Shares of one adapter of the tenant, or of all its adapters (``adapter_name`` "")."""
-    problems = check_tenant_id(tenant_id)
-    if adapter_name:
-        problems += check_adapter_name(adapter_name)
-    require(problems)
-    await _tenant_row(conn, tenant_id)
-    if adapter_name and await conn.fetchval(
-        "SELECT 1 FROM adapters WHERE adapter_id = $1", f"{tenant_id}/{adapter_name}"
-    ) is None:
-        raise NotFound(f"adapter {tenant_id + '/' + adapter_name!r} does not exist")
-    rows = await conn.fetch(
-        "SELECT a.tenant_id AS owner, a.name, s.tenant_id AS grantee, s.created_at "
-        "FROM adapter_shares s JOIN adapters a ON a.adapter_id = s.adapter_id "
-        "WHERE a.tenant_id = $1 AND ($2 = '' OR a.name = $2) ORDER BY a.name, s.tenant_id",
-        tenant_id, adapter_name,
-    )
-    out = []
-    for r in rows:
-        share = registry_pb2.AdapterShare(tenant_id=r["owner"], adapter_name=r["name"],
-                                          grantee_tenant_id=r["grantee"])
-        share.created_at.FromDatetime(r["created_at"])
-        out.append(share)
-    return out
 
 
 # =========================================================================== versions
@@ -454,7 +101,7 @@ async def _require_version(
 ) -> Any:
     row = await _version_row(conn, tenant_id, name, version)
     if row is None:
-        await _tenant_row(conn, tenant_id)
+        await tenant_row(conn, tenant_id)
         raise NotFound(f"version {tenant_id}/{name}@{version} does not exist")
     return row
 
@@ -509,7 +156,7 @@ async def request_upload(
     if files and SIGNATURE_FILENAME not in {f[0] for f in files}:
         problems.append(Problem("files", f"must include the signature bundle {SIGNATURE_FILENAME}"))
     require(problems)
-    await _tenant_row(conn, tenant_id)
+    await tenant_row(conn, tenant_id)
     digest = content_digest((p, d) for p, _, d in files)
     existing = await _version_row(conn, tenant_id, adapter_name, version)
     if existing is not None:
@@ -588,7 +235,7 @@ async def _lock_adapter(conn: asyncpg.Connection, tenant_id: str, name: str) -> 
         "SELECT * FROM adapters WHERE adapter_id = $1 FOR UPDATE", f"{tenant_id}/{name}"
     )
     if row is None:
-        await _tenant_row(conn, tenant_id)
+        await tenant_row(conn, tenant_id)
         raise NotFound(f"adapter {tenant_id}/{name} does not exist")
     return row
 
@@ -604,7 +251,7 @@ async def register_version(
     """
     require(check_record(record, bucket=bucket))
     tenant_id, name, version = record.tenant_id, record.name, record.version
-    await _tenant_row(conn, tenant_id, lock="FOR SHARE")
+    await tenant_row(conn, tenant_id, lock="FOR SHARE")
     adapter_id = f"{tenant_id}/{name}"
     await conn.execute(
         "INSERT INTO adapters (adapter_id, tenant_id, name, base_model) VALUES ($1, $2, $3, $4) "
@@ -742,7 +389,7 @@ async def _load_release(
     if ptr is None:
         exists = await conn.fetchval("SELECT 1 FROM adapters WHERE adapter_id = $1", adapter_id)
         if exists is None:
-            await _tenant_row(conn, tenant_id)
+            await tenant_row(conn, tenant_id)
             raise NotFound(f"adapter {adapter_id} does not exist")
     rows = await conn.fetch(
         f"SELECT {VERSION_COLUMNS} FROM {VERSION_FROM} WHERE v.adapter_id = $1", adapter_id

@@ -14,8 +14,9 @@ from typing import TypeVar
 import asyncpg
 import grpc
 
-from loraplane.registry import audit, quotas, service
+from loraplane.registry import audit, keys, quotas, service, shares, tenants
 from loraplane.registry.auth import actor_of
+from loraplane.registry.context import Ctx
 from loraplane.registry.metrics import RegistryMetrics
 from loraplane.shared.db import transaction
 from loraplane.shared.topics import Clock, utc_now
@@ -49,11 +50,10 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self.topic_prefix = topic_prefix
         self.canary_clearance = canary_clearance
 
-    def _ctx(self, context: grpc.aio.ServicerContext) -> service.Ctx:
+    def _ctx(self, context: grpc.aio.ServicerContext) -> Ctx:
         actor = actor_of(tuple(context.invocation_metadata() or ()))
-        return service.Ctx(actor=actor, producer=self.producer, clock=self.clock,
-                           topic_prefix=self.topic_prefix,
-                           canary_clearance=self.canary_clearance)
+        return Ctx(actor=actor, producer=self.producer, clock=self.clock,
+                   topic_prefix=self.topic_prefix, canary_clearance=self.canary_clearance)
 
     async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         async with transaction(self.pool) as conn:
@@ -72,7 +72,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.CreateTenantRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.CreateTenantResponse:
         ctx = self._ctx(context)
-        tenant = await self._tx(lambda c: service.create_tenant(
+        tenant = await self._tx(lambda c: tenants.create_tenant(
             c, ctx, tenant_id=request.tenant_id, display_name=request.display_name,
             default_priority=request.default_priority))
         self._changed("tenant.create", tenant.tenant_id)
@@ -81,21 +81,21 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def GetTenant(
         self, request: registry_pb2.GetTenantRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.GetTenantResponse:
-        tenant = await self._read(lambda c: service.get_tenant(c, tenant_id=request.tenant_id))
+        tenant = await self._read(lambda c: tenants.get_tenant(c, tenant_id=request.tenant_id))
         return registry_pb2.GetTenantResponse(tenant=tenant)
 
     async def ListTenants(
         self, request: registry_pb2.ListTenantsRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ListTenantsResponse:
-        tenants, token = await self._read(lambda c: service.list_tenants(
+        found, token = await self._read(lambda c: tenants.list_tenants(
             c, size=request.page_size, token=request.page_token))
-        return registry_pb2.ListTenantsResponse(tenants=tenants, next_page_token=token)
+        return registry_pb2.ListTenantsResponse(tenants=found, next_page_token=token)
 
     async def SetTenantPriority(
         self, request: registry_pb2.SetTenantPriorityRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.SetTenantPriorityResponse:
         ctx = self._ctx(context)
-        tenant = await self._tx(lambda c: service.set_tenant_priority(
+        tenant = await self._tx(lambda c: tenants.set_tenant_priority(
             c, ctx, tenant_id=request.tenant_id, priority=request.priority))
         self._changed("tenant.set_priority", tenant.tenant_id)
         return registry_pb2.SetTenantPriorityResponse(tenant=tenant)
@@ -124,7 +124,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.CreateApiKeyRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.CreateApiKeyResponse:
         ctx = self._ctx(context)
-        info, secret = await self._tx(lambda c: service.create_api_key(
+        info, secret = await self._tx(lambda c: keys.create_api_key(
             c, ctx, tenant_id=request.tenant_id, description=request.description))
         self._changed("apikey.create", info.tenant_id)
         return registry_pb2.CreateApiKeyResponse(key=info, secret=secret)
@@ -133,7 +133,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.RevokeApiKeyRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RevokeApiKeyResponse:
         ctx = self._ctx(context)
-        info = await self._tx(lambda c: service.revoke_api_key(
+        info = await self._tx(lambda c: keys.revoke_api_key(
             c, ctx, tenant_id=request.tenant_id, key_id=request.key_id))
         self._changed("apikey.revoke", info.tenant_id)
         return registry_pb2.RevokeApiKeyResponse(key=info)
@@ -141,9 +141,9 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def ListApiKeys(
         self, request: registry_pb2.ListApiKeysRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ListApiKeysResponse:
-        keys = await self._read(lambda c: service.list_api_keys(
+        found = await self._read(lambda c: keys.list_api_keys(
             c, tenant_id=request.tenant_id, include_revoked=request.include_revoked))
-        return registry_pb2.ListApiKeysResponse(keys=keys)
+        return registry_pb2.ListApiKeysResponse(keys=found)
 
     # ------------------------------------------------------------------ shares
 
@@ -151,7 +151,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.ShareAdapterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ShareAdapterResponse:
         ctx = self._ctx(context)
-        changed, grantees = await self._tx(lambda c: service.share_adapter(
+        changed, grantees = await self._tx(lambda c: shares.share_adapter(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             grantee_tenant_id=request.grantee_tenant_id))
         if changed:
@@ -162,7 +162,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.UnshareAdapterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.UnshareAdapterResponse:
         ctx = self._ctx(context)
-        changed, grantees = await self._tx(lambda c: service.unshare_adapter(
+        changed, grantees = await self._tx(lambda c: shares.unshare_adapter(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             grantee_tenant_id=request.grantee_tenant_id))
         if changed:
@@ -172,9 +172,9 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def ListShares(
         self, request: registry_pb2.ListSharesRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ListSharesResponse:
-        shares = await self._read(lambda c: service.list_shares(
+        found = await self._read(lambda c: shares.list_shares(
             c, tenant_id=request.tenant_id, adapter_name=request.adapter_name))
-        return registry_pb2.ListSharesResponse(shares=shares)
+        return registry_pb2.ListSharesResponse(shares=found)
 
     # ------------------------------------------------------------------ versions
 
