@@ -14,7 +14,7 @@ from typing import TypeVar
 import asyncpg
 import grpc
 
-from loraplane.registry import audit, keys, quotas, service, shares, tenants
+from loraplane.registry import audit, keys, quotas, service, shares, tenants, versions
 from loraplane.registry.auth import actor_of
 from loraplane.registry.context import Ctx
 from loraplane.registry.metrics import RegistryMetrics
@@ -182,7 +182,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.RequestUploadRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RequestUploadResponse:
         now = self.clock()
-        plan = await self._read(lambda c: service.request_upload(
+        plan = await self._read(lambda c: versions.request_upload(
             c, bucket=self.bucket, tenant_id=request.tenant_id,
             adapter_name=request.adapter_name, version=request.version,
             base_model=request.base_model,
@@ -198,7 +198,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.RegisterVersionRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RegisterVersionResponse:
         ctx = self._ctx(context)
-        stored, created = await self._tx(lambda c: service.register_version(
+        stored, created = await self._tx(lambda c: versions.register_version(
             c, ctx, record=request.version, bucket=self.bucket))
         if created:
             self.metrics.registrations.labels(stored.tenant_id, stored.base_model).inc()
@@ -208,7 +208,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def GetVersion(
         self, request: registry_pb2.GetVersionRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.GetVersionResponse:
-        version = await self._read(lambda c: service.get_version(
+        version = await self._read(lambda c: versions.get_version(
             c, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version))
         return registry_pb2.GetVersionResponse(version=version)
@@ -216,11 +216,11 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def ListVersions(
         self, request: registry_pb2.ListVersionsRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ListVersionsResponse:
-        versions, token = await self._read(lambda c: service.list_versions(
+        found, token = await self._read(lambda c: versions.list_versions(
             c, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             base_model=request.base_model, status=request.status, size=request.page_size,
             token=request.page_token))
-        return registry_pb2.ListVersionsResponse(versions=versions, next_page_token=token)
+        return registry_pb2.ListVersionsResponse(versions=found, next_page_token=token)
 
     # ------------------------------------------------------------------ releases
 

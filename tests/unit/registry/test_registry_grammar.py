@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loraplane.registry import grammar
-from loraplane.registry.service import check_record
+from loraplane.registry.versions import check_record
 from loraplane.shared.errors import InvalidArgument
 from loraplane.shared.signing import digest_of_files
 from loraplane.v1 import events_pb2, registry_pb2
