@@ -1,4 +1,5 @@
-"""Consumer of ``adapter.admissions``: applies admission verdicts to the registry.
+"""Admission verdicts in the registry: :func:`apply_verdict` (the domain operation) and
+the consumer of ``adapter.admissions`` that applies each one.
 
 Each verdict is applied in one transaction together with its event id
 (:mod:`loraplane.shared.dedupe`), and the offset is committed only afterwards, so a
@@ -13,20 +14,80 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 
 import asyncpg
 
-from loraplane.registry import service
+from loraplane.registry import audit
+from loraplane.registry.convert import reasons_json
 from loraplane.registry.metrics import RegistryMetrics
+from loraplane.registry.status import Status
+from loraplane.registry.versions import version_json, version_row
 from loraplane.shared.codec import CodecError, decode_as
 from loraplane.shared.consumer import Consumer, ConsumerLoop, group_consumer
 from loraplane.shared.db import transaction
+from loraplane.shared.dedupe import claim
 from loraplane.shared.errors import InvalidArgument
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, event_meta
 from loraplane.v1 import events_pb2
 
 log = logging.getLogger(__name__)
+
+ADMISSIONS_CONSUMER = "registry.admissions"
+"""``processed_events.consumer`` of the admission verdict consumer."""
+
+
+async def apply_verdict(
+    conn: asyncpg.Connection, *, event: events_pb2.AdmissionEvent, actor: str = "system/admission"
+) -> str:
+    """Apply an admission verdict idempotently; returns what happened:
+
+    ``applied``, ``duplicate`` (event id seen before), ``unknown_version``,
+    ``digest_mismatch`` (verdict about other content), ``not_pending`` (already
+    decided or retired), ``empty`` (no verdict set). Only ``applied`` changes state.
+    """
+    arm = event.WhichOneof("verdict")
+    if arm is None:
+        return "empty"
+    verdict = getattr(event, arm)
+    meta = verdict.meta
+    if not await claim(conn, ADMISSIONS_CONSUMER, meta.event_id):
+        return "duplicate"
+    ref = meta.adapter
+    adapter_id = f"{ref.tenant_id}/{ref.adapter_name}"
+    if not await conn.fetchval("SELECT 1 FROM adapters WHERE adapter_id = $1", adapter_id):
+        return "unknown_version"
+    await conn.execute("SELECT 1 FROM adapters WHERE adapter_id = $1 FOR UPDATE", adapter_id)
+    row = await version_row(conn, ref.tenant_id, ref.adapter_name, ref.version)
+    if row is None:
+        return "unknown_version"
+    if row["sha256"] != verdict.sha256:
+        return "digest_mismatch"
+    if row["status"] != Status.PENDING.value:
+        return "not_pending"
+    if arm == "admitted":
+        await conn.execute(
+            "UPDATE adapter_versions SET status = 'admitted', admitted_at = coalesce($3, now()), "
+            "reasons = '[]' WHERE adapter_id = $1 AND version = $2",
+            adapter_id, ref.version,
+            meta.occurred_at.ToDatetime(tzinfo=UTC) if meta.HasField("occurred_at") else None,
+        )
+        action = "version.admit"
+    else:
+        await conn.execute(
+            "UPDATE adapter_versions SET status = 'rejected', reasons = $3 "
+            "WHERE adapter_id = $1 AND version = $2",
+            adapter_id, ref.version, reasons_json(verdict.reasons),
+        )
+        action = "version.reject"
+    after = await version_row(conn, ref.tenant_id, ref.adapter_name, ref.version)
+    await audit.write(conn, actor=actor, action=action,
+                      subject=audit.subject_version(ref.tenant_id, ref.adapter_name, ref.version),
+                      before=version_json(row),
+                      after={**version_json(after), "event_id": meta.event_id})
+    return "applied"
+
 
 class AdmissionConsumer:
     """Reads ``adapter.admissions`` and applies each verdict exactly once."""
@@ -53,7 +114,7 @@ class AdmissionConsumer:
         self.actor = actor
         self.topic = topic
         self.outcomes: dict[str, int] = {}
-        """Count of :func:`service.apply_verdict` outcomes (tests, debugging)."""
+        """Count of :func:`apply_verdict` outcomes (tests, debugging)."""
         self.loop = ConsumerLoop(
             "admission", factory=consumer_factory or self._default_consumer,
             on_record=self._apply, probe_interval_s=probe_interval_s,
@@ -88,7 +149,7 @@ class AdmissionConsumer:
             return self._count("malformed")
         try:
             async with transaction(self.pool) as conn:
-                outcome = await service.apply_verdict(conn, event=event, actor=self.actor)
+                outcome = await apply_verdict(conn, event=event, actor=self.actor)
         except InvalidArgument as exc:
             log.warning("admission consumer: invalid verdict: %s", exc)
             return self._count("invalid")

@@ -1,4 +1,4 @@
-"""Registry releases and verdicts: every operation is a function over one connection.
+"""Registry releases: every operation is a function over one connection.
 
 Each function runs inside the caller's transaction (``async with transaction(pool) as
 conn``), validates its input (INVALID_ARGUMENT names every bad field), applies the
@@ -13,7 +13,7 @@ outbox row is written, which makes outbox id order equal to commit order per ada
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -24,7 +24,6 @@ from loraplane.registry.convert import (
     VERSION_COLUMNS,
     VERSION_FROM,
     adapter_ref,
-    reasons_json,
     version_pb,
 )
 from loraplane.registry.grammar import (
@@ -48,11 +47,8 @@ from loraplane.registry.versions import (
     lock_adapter,
     ref_problems,
     require_version,
-    version_json,
-    version_row,
 )
 from loraplane.shared import outbox
-from loraplane.shared.dedupe import claim
 from loraplane.shared.errors import FailedPrecondition, NotFound
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import events_pb2, registry_pb2
@@ -449,62 +445,3 @@ async def withdraw_version(
                           after={"version": version, "withdrawn_reason": reason,
                                  "reason": reason})
     return version_pb(await require_version(conn, tenant_id, adapter_name, version))
-
-
-# =========================================================================== admission
-
-
-ADMISSIONS_CONSUMER = "registry.admissions"
-"""``processed_events.consumer`` of the admission verdict consumer."""
-
-
-async def apply_verdict(
-    conn: asyncpg.Connection, *, event: events_pb2.AdmissionEvent, actor: str = "system/admission"
-) -> str:
-    """Apply an admission verdict idempotently; returns what happened:
-
-    ``applied``, ``duplicate`` (event id seen before), ``unknown_version``,
-    ``digest_mismatch`` (verdict about other content), ``not_pending`` (already
-    decided or retired), ``empty`` (no verdict set). Only ``applied`` changes state.
-    """
-    arm = event.WhichOneof("verdict")
-    if arm is None:
-        return "empty"
-    verdict = getattr(event, arm)
-    meta = verdict.meta
-    if not await claim(conn, ADMISSIONS_CONSUMER, meta.event_id):
-        return "duplicate"
-    ref = meta.adapter
-    adapter_id = f"{ref.tenant_id}/{ref.adapter_name}"
-    if not await conn.fetchval("SELECT 1 FROM adapters WHERE adapter_id = $1", adapter_id):
-        return "unknown_version"
-    await conn.execute("SELECT 1 FROM adapters WHERE adapter_id = $1 FOR UPDATE", adapter_id)
-    row = await version_row(conn, ref.tenant_id, ref.adapter_name, ref.version)
-    if row is None:
-        return "unknown_version"
-    if row["sha256"] != verdict.sha256:
-        return "digest_mismatch"
-    if row["status"] != Status.PENDING.value:
-        return "not_pending"
-    if arm == "admitted":
-        await conn.execute(
-            "UPDATE adapter_versions SET status = 'admitted', admitted_at = coalesce($3, now()), "
-            "reasons = '[]' WHERE adapter_id = $1 AND version = $2",
-            adapter_id, ref.version,
-            meta.occurred_at.ToDatetime(tzinfo=UTC) if meta.HasField("occurred_at") else None,
-        )
-        action = "version.admit"
-    else:
-        await conn.execute(
-            "UPDATE adapter_versions SET status = 'rejected', reasons = $3 "
-            "WHERE adapter_id = $1 AND version = $2",
-            adapter_id, ref.version, reasons_json(verdict.reasons),
-        )
-        action = "version.reject"
-    after = await version_row(conn, ref.tenant_id, ref.adapter_name, ref.version)
-    await audit.write(conn, actor=actor, action=action,
-                      subject=audit.subject_version(ref.tenant_id, ref.adapter_name, ref.version),
-                      before=version_json(row),
-                      after={**version_json(after), "event_id": meta.event_id})
-    return "applied"
-

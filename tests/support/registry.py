@@ -14,7 +14,7 @@ import grpc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client import CollectorRegistry
 
-from loraplane.registry import service
+from loraplane.registry.admissions import apply_verdict
 from loraplane.registry.app import RegistryApp
 from loraplane.registry.grammar import artifact_prefix, artifact_uri, content_digest
 from loraplane.registry.settings import RegistrySettings
@@ -123,7 +123,7 @@ class Registry:
         assert self.app.pool is not None
         event = verdict_event(v, admit=admit)
         async with transaction(self.app.pool) as conn:
-            return await service.apply_verdict(conn, event=event)
+            return await apply_verdict(conn, event=event)
 
     async def admitted(self, tenant_id: str, name: str, version: str) -> registry_pb2.AdapterVersion:
         """Register and admit a version."""
