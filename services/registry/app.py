@@ -20,8 +20,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from loraplane.registry.admissions import AdmissionConsumer
 from loraplane.registry.auth import ADMIN_SERVICE, OperatorAuth, admin_rules
+from loraplane.registry.grpc_api import RegistryAdminServicer
 from loraplane.registry.metrics import RegistryMetrics
-from loraplane.registry.servicer import RegistryAdminServicer
 from loraplane.registry.settings import RegistrySettings
 from loraplane.shared.db import create_pool
 from loraplane.shared.grpcutil import (
