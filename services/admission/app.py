@@ -20,9 +20,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from loraplane.admission.admitter import Admitter
 from loraplane.admission.consumer import ReleaseConsumer
 from loraplane.admission.metrics import AdmissionMetrics
-from loraplane.admission.service import Admitter
 from loraplane.admission.settings import AdmissionSettings
 from loraplane.admission.trust import TrustStore
 from loraplane.admission.verdicts import PostgresVerdictStore, VerdictStore

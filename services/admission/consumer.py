@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 
+from loraplane.admission.admitter import Admitter, DependencyDown
 from loraplane.admission.metrics import AdmissionMetrics
-from loraplane.admission.service import Admitter, DependencyDown
 from loraplane.admission.settings import AdmissionSettings
 from loraplane.shared.aio import close_within
 from loraplane.shared.codec import CodecError, decode_as, encode, kafka_headers

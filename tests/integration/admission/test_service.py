@@ -22,7 +22,7 @@ import pytest
 from minio import Minio
 from prometheus_client import CollectorRegistry
 
-from loraplane.admission import service as service_mod
+from loraplane.admission import admitter as admitter_mod
 from loraplane.admission.app import AdmissionApp
 from loraplane.stack.stack import Stack
 from loraplane.v1 import events_pb2
@@ -117,14 +117,14 @@ async def test_crash_mid_check_admits_nothing(
     release = await asyncio.to_thread(_release, corpus_env, stack, s3, tenants["acme"],
                                       "crashed")
     entered, resume = threading.Event(), threading.Event()
-    real = service_mod.check_quarantined
+    real = admitter_mod.check_quarantined
 
     def stuck(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         resume.wait(30)
         raise RuntimeError("the process died here")
 
-    monkeypatch.setattr(service_mod, "check_quarantined", stuck)
+    monkeypatch.setattr(admitter_mod, "check_quarantined", stuck)
     app = isolated.app()
     await app.start()
     await publish_releases(isolated.bootstrap, [release], topic=isolated.releases)
@@ -133,7 +133,7 @@ async def test_crash_mid_check_admits_nothing(
         task.cancel()
     await app.stop()
     resume.set()
-    monkeypatch.setattr(service_mod, "check_quarantined", real)
+    monkeypatch.setattr(admitter_mod, "check_quarantined", real)
 
     conn = await asyncpg.connect(stack.settings.postgres_dsn)
     try:

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from loraplane.admission import service as service_mod
+from loraplane.admission import admitter as admitter_mod
+from loraplane.admission.admitter import Admitter, DependencyDown
 from loraplane.admission.consumer import ReleaseConsumer
 from loraplane.admission.metrics import AdmissionMetrics
 from loraplane.admission.problems import (
@@ -22,7 +23,6 @@ from loraplane.admission.problems import (
     SIZE_LIMIT,
     SOURCE_NOT_ALLOWED,
 )
-from loraplane.admission.service import Admitter, DependencyDown
 from loraplane.admission.settings import AdmissionSettings
 from loraplane.admission.trust import TrustStore
 from loraplane.admission.verdicts import MemoryVerdictStore
@@ -228,7 +228,7 @@ async def test_crash_refuses_and_cleans_quarantine(adapter: Path, tiny: BaseMode
     def boom(*_: object, **__: object) -> None:
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(service_mod, "check_quarantined", boom)
+    monkeypatch.setattr(admitter_mod, "check_quarantined", boom)
     event, _ = await _admitter(settings, store, catalogue).decide(release)
     assert [r.code for r in event.rejected.reasons] == [INTERNAL]
     assert not any(settings.admission_quarantine_dir.rglob("q-*"))
@@ -301,9 +301,9 @@ async def test_consumer_publishes_keyed_verdicts_and_skips_garbage(
 
 
 def test_registry_layout_matches_the_registry_grammar() -> None:
+    from loraplane.admission.admitter import layout_problems
     from loraplane.admission.checks.source import check_location
     from loraplane.admission.claim import ReleaseClaim
-    from loraplane.admission.service import layout_problems
     from loraplane.registry.grammar import ARTIFACT_ROOT, artifact_prefix, artifact_uri
 
     assert AdmissionSettings().admission_artifact_prefix == ARTIFACT_ROOT
