@@ -27,13 +27,13 @@ from loraplane.v1 import events_pb2, worker_pb2_grpc
 from loraplane.worker import reports
 from loraplane.worker.commands import CommandExecutor
 from loraplane.worker.engine import Engine, EngineAdapter
+from loraplane.worker.grpc_api import WorkerService
 from loraplane.worker.guard import SafeEngine
 from loraplane.worker.host_tier import HostTier, RescanResult
 from loraplane.worker.kafka import CommandConsumer, HeatBatcher, Publisher
 from loraplane.worker.lora_files import LlamaDims, write_lora
 from loraplane.worker.manager import AdapterManager, EvictOutcome, LoadOutcome
 from loraplane.worker.metrics import WorkerMetrics
-from loraplane.worker.service import WorkerService
 from loraplane.worker.settings import ZERO_ADAPTER_ENGINE_ID, WorkerSettings
 from loraplane.worker.store import MinioStore, ObjectStore
 
