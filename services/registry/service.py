@@ -1,14 +1,7 @@
-"""Registry releases: every operation is a function over one connection.
-
-Each function runs inside the caller's transaction (``async with transaction(pool) as
-conn``), validates its input (INVALID_ARGUMENT names every bad field), applies the
-state change, appends the audit entry and writes the event to the outbox, so the
-change, its audit entry and its event commit together or not at all.
-
-Entities changed by a function are locked (``SELECT ... FOR UPDATE``) before the
-outbox row is written, which makes outbox id order equal to commit order per adapter
-(the relay's per-key ordering relies on it).
-"""
+"""Registry releases: an adapter's release pointers (promote, canary and its share, pause,
+clearance, rollback, retire, withdraw), each change audited and published on
+``adapter.lifecycle`` (every registry operation's conventions, the per-adapter lock
+that orders the outbox among them: :mod:`loraplane.registry.context`)."""
 
 from __future__ import annotations
 
