@@ -1,7 +1,10 @@
 """What every registry operation shares: who acts (:class:`Ctx`) and the conventions.
 
-Every operation is a function over one connection (the domain modules: tenants, keys,
-shares, quotas, versions and releases in :mod:`loraplane.registry.service`).
+Every operation is a function over one connection, in the module of its domain:
+:mod:`~loraplane.registry.tenants`, :mod:`~loraplane.registry.keys`,
+:mod:`~loraplane.registry.shares`, :mod:`~loraplane.registry.quotas`,
+:mod:`~loraplane.registry.versions`, the releases in :mod:`~loraplane.registry.service`,
+the admission verdicts in :mod:`~loraplane.registry.admissions`.
 
 Each function runs inside the caller's transaction (``async with transaction(pool) as
 conn``), validates its input (INVALID_ARGUMENT names every bad field), applies the
