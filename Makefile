@@ -12,7 +12,8 @@ export TRANSFORMERS_OFFLINE := 1
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  make %-13s %s\n", $$1, $$2}'
 
-install: $(STAMP) ## install everything missing: apt packages (Prometheus, PostgreSQL) and the venv in .venv/
+install: $(STAMP) ## install everything missing: apt packages (Prometheus, PostgreSQL), the venv in .venv/, the compiled policy (rebuilt after a policy edit)
+	@$(PY) -m loraplane.native build --quiet
 
 $(STAMP): pyproject.toml requirements.lock scripts/install.sh
 	@bash scripts/install.sh
@@ -91,7 +92,7 @@ lint: install ## ruff
 
 typecheck: install ## mypy --strict on the pure core (policy), the shared library and every service
 	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
-	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent -p loraplane.policy \
+	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent -p loraplane.policy -p loraplane.native \
 	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec \
 	  -p loraplane.shared.consumer -p loraplane.shared.resources -p loraplane.shared.aio \
 	  -p loraplane.cache_manager -p loraplane.gateway -p loraplane.registry \

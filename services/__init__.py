@@ -7,3 +7,7 @@ generated protobuf contracts (``loraplane.v1``).
 """
 
 __version__ = "0.1.0"
+
+from . import native as _native
+
+_native.install()  # compiled policy modules when built for the current sources (native.py)

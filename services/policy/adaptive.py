@@ -85,6 +85,36 @@ _GONE = -math.inf
 """Death time / key of a superseded version: first to go."""
 
 
+class _Record:
+    """What one version's requests taught (one object: the hot loop updates it in place; a
+    native struct once compiled)."""
+
+    __slots__ = ("count", "gap", "kh", "kw", "last", "last_s", "latency", "ph", "pw",
+                 "sessions")
+
+    def __init__(self) -> None:
+        self.kh = 0.0
+        """Rebased decayed count, HOT time constant."""
+        self.kw = 0.0
+        """The same, WARM time constant."""
+        self.count = 0
+        """Requests."""
+        self.sessions = 0
+        """Sessions (returns after more than ``session_gap_per_slot`` × slots requests)."""
+        self.last = _GONE
+        """Request clock of the last request."""
+        self.gap = 0.0
+        """Smoothed inter-arrival gap (0: unknown)."""
+        self.ph = 0.0
+        """Σ HOT penalty of each request's class (its mean: ``/ count``)."""
+        self.pw = 0.0
+        """Σ WARM penalty."""
+        self.latency = 0
+        """Latency-sensitive (not background) requests."""
+        self.last_s = -math.inf
+        """Seconds of the last request (wall-clock business rules)."""
+
+
 class _HeatRank:
     """Members of one HOT cache ranked by heat: ended streams first (earliest end), then the
     lowest rebased heat.
@@ -354,13 +384,8 @@ class AdaptiveHeatOnline:
         self._tenant = tenants
         n_t = max(tenants, default=-1) + 1
         # -- per version
-        self._st = [[0.0, 0.0, 0, 0, _GONE, 0.0, 0.0, 0.0, 0, -math.inf] for _ in range(n)]
-        """Per version, what its requests taught (one list: the hot loop reads it once):
-        [0] rebased decayed count, HOT time constant; [1] the same, WARM time constant;
-        [2] requests; [3] sessions; [4] request clock of the last request; [5] smoothed
-        inter-arrival gap (0: unknown); [6] Σ HOT penalty of each request's class (its mean:
-        ``/ requests``); [7] Σ WARM penalty; [8] latency-sensitive (not background) requests;
-        [9] seconds of the last request (wall-clock business rules)."""
+        self._st = [_Record() for _ in range(n)]
+        """Per version, what its requests taught."""
         self._hkey = [0.0] * n
         """HOT heat key (rebased) as of the last request."""
         self._hdies = [_NEVER] * n
@@ -436,8 +461,8 @@ class AdaptiveHeatOnline:
         fh = math.exp(-shift / self._tau)
         fw = math.exp(-shift / self._tau_w)
         for st in self._st:
-            st[0] *= fh
-            st[1] *= fw
+            st.kh *= fh
+            st.kw *= fw
         hkey, wheat = self._hkey, self._wheat
         for u in range(len(hkey)):
             hkey[u] *= fh
@@ -461,13 +486,12 @@ class AdaptiveHeatOnline:
             heapify(heap)
             self._sh_warm[w][_HEAT] = heap
 
-    def on_request(self, i: int, v: int, now: float) -> None:
-        """Count the request on the request clock; refresh v's values, flags and shadows.
-
-        The hot loop of the policy: written for the interpreter (locals, one record per
-        version, the shadows inline); see :meth:`_shadow_hot` / :meth:`_shadow_warm` for the
-        same steps at the first request of a version (and :attr:`_INLINE_SHADOWS`)."""
-        self._clock = i
+    def count_request(self, i: int, v: int, now: float) -> float:
+        """The per-request statistics step of :meth:`on_request`: v's record, heat, WARM heat
+        and reuse values, protection and release flags, the tenant refresh — everything but the
+        shadows. Returns the request's worth (request-equivalents of a miss from COLD: the
+        WARM shadows' score weight)."""
+        self._clock = float(i)
         rel = i - self._base
         if rel > self._rebase_at:
             self._rebase(i)
@@ -475,24 +499,35 @@ class AdaptiveHeatOnline:
         eh = _exp(rel * self._inv_tau)
         ew = _exp(rel * self._inv_tau_w)
         st = self._st[v]
-        kh, kw, count, sessions, last, g0, ph, pw, latency, last_s = st
-        kh += eh
-        kw += ew
-        count += 1
+        kh = st.kh + eh
+        st.kh = kh
+        kw = st.kw + ew
+        st.kw = kw
+        count = st.count + 1
+        st.count = count
+        last = st.last
+        sessions = st.sessions
         if i - last > self._gap_session:
             sessions += 1
+            st.sessions = sessions
         if last != _GONE:
+            g0 = st.gap
             g0 = i - last if g0 == 0.0 else g0 + _SMOOTH * (i - last - g0)
+            st.gap = g0
             if self._dead_gaps:
                 self._hdies[v] = i + self._dead_gaps * g0
-        if now > last_s:
-            last_s = now
+        st.last = float(i)
+        if now > st.last_s:
+            st.last_s = now
         c = self._classes[i]
-        ph += self._pen_hot[v][c]
-        pw += self._pen_warm[v][c]
+        ph = st.ph + self._pen_hot[v][c]
+        st.ph = ph
+        pw = st.pw + self._pen_warm[v][c]
+        st.pw = pw
+        latency = st.latency
         if c != _BACKGROUND:
             latency += 1
-        st[:] = (kh, kw, count, sessions, i, g0, ph, pw, latency, last_s)
+            st.latency = latency
         worth = 1.0 + pw / count
         p = self._priorities[i]
         canary = self._canary[i]
@@ -519,19 +554,24 @@ class AdaptiveHeatOnline:
         if self._n_w == 1:
             self._tenant_l0[tenant] = self._gdsf_l[0]
             self._sh_tenant_l0[tenant] = self._sh_l[0]
-            g = self._group_of[v]
-            if g < 0:
-                return  # first request: the shadows learn v's group when it is served
-            w = 0
         else:
             for w in range(self._n_w):
                 self._tenant_l[w][tenant] = self._gdsf_l[w]
                 self._sh_tenant_l[w][tenant] = self._sh_l[w]
-            g = self._group_of[v]
-            if g < 0:
-                return  # first request: the shadows learn v's group when it is served
-            w = self._worker_of[v]
-        if kind == _CANARY:
+        return worth
+
+    def on_request(self, i: int, v: int, now: float) -> None:
+        """Count the request on the request clock (:meth:`count_request`), then v's shadows.
+
+        The hot loop of the policy: written for the interpreter and mypyc (locals, the
+        shadows inline); see :meth:`_shadow_hot` / :meth:`_shadow_warm` for the same steps at
+        the first request of a version (and :attr:`_INLINE_SHADOWS`)."""
+        worth = self.count_request(i, v, now)
+        g = self._group_of[v]
+        if g < 0:
+            return  # first request: the shadows learn v's group when it is served
+        w = self._worker_of[v]
+        if self._prot[v] == _CANARY:
             cp = self._canary_prot[w]
             if v in cp:
                 cp.move_to_end(v)
@@ -539,6 +579,9 @@ class AdaptiveHeatOnline:
             self._shadow_hot(g, v)
             self._shadow_warm(w, v, worth)
             return
+        hkey = self._hkey[v]
+        wheat = self._wheat[v]
+        reuse = self._reuse[v]
         # -- HOT shadows (same steps as _shadow_hot)
         keep = self._keep
         score = self._score_hot[g]
@@ -858,7 +901,7 @@ class AdaptiveHeatOnline:
         self._worker_of[v] = w
         self._shadow_hot(g, v)
         st = self._st[v]
-        self._shadow_warm(w, v, 1.0 + st[7] / st[2])
+        self._shadow_warm(w, v, 1.0 + st.pw / st.count)
 
     # -- the cache-manager's face (``ranking.py``): the same state, without simulated tiers
 
@@ -1033,7 +1076,7 @@ class AdaptiveHeatOnline:
             n_canary = 0
             for u in prot:
                 r = st[u]
-                if r[9] >= idle_before and r[4] >= live_after:
+                if r.last_s >= idle_before and r.last >= live_after:
                     live.add(u)
                     if kinds[u] == _CANARY:
                         n_canary += 1
@@ -1057,7 +1100,7 @@ class AdaptiveHeatOnline:
 
     def _rank_hot(self, g: int, u: int) -> tuple[float, float]:
         if self._lead_hot[g] == _LRU:
-            return (0.0 if self._superseded[u] else 1.0, self._st[u][4])
+            return (0.0 if self._superseded[u] else 1.0, self._st[u].last)
         return self._hot_heat[g].rank(u, self._clock)
 
     def _hot_victim_shared(self, g: int, now: float, busy: Mapping[int, float],
@@ -1097,7 +1140,7 @@ class AdaptiveHeatOnline:
             st = self._st
             while cp:
                 u = next(iter(cp))
-                if st[u][9] >= idle_before:
+                if st[u].last_s >= idle_before:
                     break
                 # the canary's traffic ended: it competes like any other version
                 self._prot[u] = _NONE

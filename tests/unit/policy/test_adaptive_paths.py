@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loraplane.policy.adaptive import AdaptiveHeatOnline
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.heat import HeatPolicy
 from loraplane.policy.online import OnlineContext
@@ -22,7 +21,11 @@ from loraplane.sim.cost import CostModel
 from loraplane.sim.gentd26 import REQUEST_FILE, import_gentd26
 from loraplane.sim.simulator import Capacities, SimResult, simulate
 from loraplane.sim.trace import Trace, TraceRow, format_rows, parse_rows, read_trace
+from tests.support.native import interpreted
 from tests.unit.policy.test_adaptive import _trace, traces
+
+# the interpreted class: a subclass sets _INLINE_SHADOWS (test_native.py: compiled == this)
+AdaptiveHeatOnline = interpreted("loraplane.policy.adaptive").AdaptiveHeatOnline
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 MB = 1_000_000
