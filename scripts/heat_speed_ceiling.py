@@ -6,18 +6,17 @@ Runs, interleaved and in one process, on each GenTD26 capacity of the bench:
 
 * ``lru``: the simulator with LRU (the loop and the cheapest policy);
 * ``stats``: the same loop with the adaptive heat policy's per-request statistics alone
-  (the version record, heat / WARM heat / reuse keys, the tenant refresh: the first part of
-  :meth:`AdaptiveHeatOnline.on_request`, copied here) and LRU victims — no shadow caches,
-  experts or rankings;
+  (the version record, heat / WARM heat / reuse keys, the tenant refresh:
+  :meth:`AdaptiveHeatOnline.count_request`, the policy's own step) and LRU victims — no shadow
+  caches, experts or rankings;
 * ``heat``: the whole adaptive heat policy (what ``make bench-policy`` measures).
 
 Prints the median requests per CPU second and µs per request of each, with the load
-average: what is left for the shadows and rankings within 10 µs per request (100 k/s).
+average and whether the policy ran compiled (``loraplane.native``): what is left for the
+shadows and rankings within 10 µs per request (100 k/s).
 A measurement tool, not a policy: ``stats`` makes no sensible decisions.
 """
 
-# the copied hot loop keeps adaptive.py's `if b > a: a = b` (no max() call)
-# ruff: noqa: PLR1730
 from __future__ import annotations
 
 import argparse
@@ -29,7 +28,8 @@ from collections.abc import Container, Mapping
 from pathlib import Path
 from typing import Any
 
-from loraplane.policy.adaptive import _BACKGROUND, _GONE, _SMOOTH, AdaptiveHeatOnline, _exp
+from loraplane import native
+from loraplane.policy.adaptive import AdaptiveHeatOnline
 from loraplane.policy.config import PolicyConfig, load_config
 from loraplane.policy.factory import make_policy
 from loraplane.policy.online import OnlineContext
@@ -39,45 +39,16 @@ from loraplane.sim.generator import DEFAULT_AZURE_DIR
 from loraplane.sim.simulator import simulate
 
 
-class StatsOnly(AdaptiveHeatOnline):
+class StatsOnly:
     """Heat's per-request statistics and nothing else; LRU victims (one worker)."""
 
     def __init__(self, ctx: OnlineContext, cfg: PolicyConfig) -> None:
-        super().__init__(ctx, cfg)
+        self._heat = AdaptiveHeatOnline(ctx, cfg)
+        self.on_request = self._heat.count_request
+        """The adaptive policy's own statistics step, called by the simulator (compiled when
+        ``loraplane.native`` is)."""
         self._lru: OrderedDict[int, None] = OrderedDict()
         self._warm_lru: OrderedDict[int, None] = OrderedDict()
-
-    def on_request(self, i: int, v: int, now: float) -> None:
-        self._clock = i
-        rel = i - self._base
-        eh = _exp(rel * self._inv_tau)
-        ew = _exp(rel * self._inv_tau_w)
-        st = self._st[v]
-        kh, kw, count, sessions, last, g0, ph, pw, latency, last_s = st
-        kh += eh
-        kw += ew
-        count += 1
-        if i - last > self._gap_session:
-            sessions += 1
-        if last != _GONE:
-            g0 = i - last if g0 == 0.0 else g0 + _SMOOTH * (i - last - g0)
-            if self._dead_gaps:
-                self._hdies[v] = i + self._dead_gaps * g0
-        if now > last_s:
-            last_s = now
-        c = self._classes[i]
-        ph += self._pen_hot[v][c]
-        pw += self._pen_warm[v][c]
-        if c != _BACKGROUND:
-            latency += 1
-        st[:] = (kh, kw, count, sessions, i, g0, ph, pw, latency, last_s)
-        worth = 1.0 + pw / count
-        prio = self._prio_term[self._priorities[i]]
-        inv = self._inv_size[v]
-        self._hkey[v] = kh * (1.0 + ph / count) + prio * eh
-        self._wheat[v] = (kw * worth + prio * ew) * inv
-        self._reuse[v] = (sessions + self._beta * count) * inv
-        self._tenant_l0[self._tenant[v]] = self._gdsf_l[0]
 
     def on_served(self, g: int, w: int, v: int, now: float) -> None:
         self._lru.move_to_end(v)
@@ -138,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.setdefault((caps.gpu_slots, tag), []).append(rps)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{args.trace}: {len(trace)} requests, {trace.n_versions} versions; load {load}; "
-          f"medians of {args.reps} interleaved runs")
+          f"medians of {args.reps} interleaved runs; policy {native.status()}")
     for (slots, tag), values in runs.items():
         med = statistics.median(values)
         print(f"  {slots:3d} slots  {tag:6s} {med:10,.0f} req/s  {1e6 / med:6.2f} us/request")
