@@ -33,13 +33,14 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from loraplane import native
 from loraplane.policy.config import PolicyConfig, load_config
 from loraplane.policy.factory import make_policy
 from loraplane.sim import peers
@@ -292,7 +293,9 @@ def render(
     ×lru are to libCacheSim's own Belady and LRU: it has no in-flight rule)."""
     title = (
         f"{trace_name}: {len(trace)} requests, {trace.n_versions} versions — "
-        f"{caps.workers} workers × {caps.gpu_slots} slots, {caps.host_bytes / GIB:g} GiB host"
+        f"{caps.workers} workers × {caps.gpu_slots} slots"
+        + (f" ({caps.active_slots} in GPU)" if caps.active_slots else "")
+        + f", {caps.host_bytes / GIB:g} GiB host"
     )
     table = Table(title=title, title_justify="left")
     cols = ("policy", "gpu hit", "×belady", "×lru", "host hit", "compuls.", "cold",
@@ -470,10 +473,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the capacities with these slot counts (comma-separated)")
     parser.add_argument("--no-scaling", action="store_true",
                         help="skip heat's speed at 1k / 10k / 100k versions")
+    parser.add_argument("--active-slots-share", type=float, default=0.0,
+                        help="HOT's two levels: GPU slots (max_loras) = this share of each "
+                             "case's registered slots (max_cpu_loras); 0 = one level")
+    parser.add_argument("--register-ms", type=float, default=None,
+                        help="WARM -> registered per load (default: the cost model's)")
+    parser.add_argument("--activate-ms", type=float, default=None,
+                        help="registered -> GPU slot, fixed part (default: the cost model's)")
     args = parser.parse_args(argv)
 
     cfg = load_config(args.policy_config)
     cost = CostModel()
+    if args.register_ms is not None or args.activate_ms is not None:
+        units = cost.as_dict()
+        units.update({k: v for k, v in (("register_ms", args.register_ms),
+                                        ("activate_ms", args.activate_ms)) if v is not None})
+        cost = CostModel.from_units(**units)
+    share = args.active_slots_share
+    if not 0.0 <= share <= 1.0:
+        console = Console()
+        console.print(f"--active-slots-share {share} is outside 0..1")
+        return 2
     targets = Targets()
     console = Console(width=200)
     with_peers = peers.available()
@@ -485,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         "cost_model": cost.as_dict(),
         "targets": asdict(targets),
         "peer_simulator": "libcachesim 0.3.5" if with_peers else None,
+        "policy_code": native.status(),
         "cases": [],
     }
     only_slots = {int(x) for x in args.slots.split(",") if x.strip()}
@@ -497,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
         for caps in BENCH_CASES[name]:
             if only_slots and caps.gpu_slots not in only_slots:
                 continue
+            if share > 0:
+                caps = replace(caps, active_slots=max(1, round(caps.gpu_slots * share)))
             results = run_case(trace, caps, cfg, cost)
             figures = case_figures(results)
             peer = (peers.peer_hot_hit_ratios(trace, caps, ("LRU", "Belady", *peers.PEER_ONLINE))
@@ -549,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
                 "versions": trace.n_versions,
                 "workers": caps.workers,
                 "gpu_slots": caps.gpu_slots,
+                "active_slots": caps.active_slots,
                 "host_bytes": caps.host_bytes,
                 "checks": verdict,
                 "check_status": status,
@@ -576,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print("heat simulated requests per CPU second by catalog size: " + ", ".join(
             f"{int(n):,} versions {v:,.0f}" for n, v in speed.items()))
     console.print("cost model: " + ", ".join(f"{k}={v:g}" for k, v in cost.as_dict().items()))
+    console.print(f"policy code: {native.status()}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote {args.out} in {time.perf_counter() - started:.1f} s")
