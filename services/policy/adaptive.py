@@ -89,7 +89,7 @@ class _Record:
     """What one version's requests taught (one object: the hot loop updates it in place; a
     native struct once compiled)."""
 
-    __slots__ = ("count", "gap", "kh", "kw", "last", "last_s", "latency", "ph", "pw",
+    __slots__ = ("count", "gap", "kh", "kw", "last", "last_s", "latency", "ph", "prio", "pw",
                  "sessions")
 
     def __init__(self) -> None:
@@ -113,6 +113,8 @@ class _Record:
         """Latency-sensitive (not background) requests."""
         self.last_s = -math.inf
         """Seconds of the last request (wall-clock business rules)."""
+        self.prio = 0
+        """Priority code of the last request (the protection left when a canary's ends)."""
 
 
 class _HeatRank:
@@ -530,6 +532,7 @@ class AdaptiveHeatOnline:
             st.latency = latency
         worth = 1.0 + pw / count
         p = self._priorities[i]
+        st.prio = p
         canary = self._canary[i]
         prio = self._prio_term[p]
         inv = self._inv_size[v]
@@ -1142,12 +1145,14 @@ class AdaptiveHeatOnline:
                 u = next(iter(cp))
                 if st[u].last_s >= idle_before:
                     break
-                # the canary's traffic ended: it competes like any other version
-                self._prot[u] = _NONE
+                # the canary's traffic ended: it keeps its priority's protection (platinum),
+                # else it competes like any other version
+                kind = self._prot_of[0][st[u].prio]
+                self._prot[u] = kind
                 self._unprotect_warm(w, u)
                 self._file_warm(w, u)
                 g = self._group_of[u]
-                if g >= 0:
+                if g >= 0 and kind == _NONE:
                     self._hot_prot[g].pop(u, None)
         pending = self._pending[w]
         if pending:

@@ -148,3 +148,20 @@ def test_a_one_off_platinum_request_does_not_hold_a_pinned_slot() -> None:
     # with the slot held by the idle platinum version the three bronze ones would thrash
     assert r.gpu_hits >= 200 - 3 - 2 * cfg.adaptive.pin_idle_per_slot * 3
     assert r.cold_starts_by_priority["platinum"] == 0
+
+
+def test_a_platinum_canary_keeps_its_priority_protection_when_its_canary_traffic_ends() -> None:
+    """A platinum version first requested as a canary: once its canary traffic has been idle
+    for demote.idle_minutes it loses the canary's protection, not platinum's (WARM keeps it)."""
+    def row(t: float, k: int, prio: Priority, canary: bool = False) -> TraceRow:
+        return TraceRow(ts=t, tenant_id="t", adapter_id=f"t/a{k}@v1", priority=prio,
+                        request_class=RequestClass.CANARY if canary else RequestClass.INTERACTIVE,
+                        rank=8, size_bytes=40 * MB, canary=canary, prompt_tokens=10,
+                        output_tokens=10)
+    rows = [row(0.0, k, Priority.BRONZE) for k in range(1, 4)]
+    rows += [row(0.0, 0, Priority.PLATINUM, canary=True)]
+    rows += [row(5000.0 + k, k, Priority.BRONZE) for k in range(1, 9)]  # WARM pressure
+    rows += [row(5100.0, 0, Priority.PLATINUM)]
+    r = _run(rows, 2, 5 * 40 + 10)
+    assert r.warm_evictions > 0 and r.extra["protection_overflows"] == 0
+    assert r.cold_starts_by_priority["platinum"] == 0
