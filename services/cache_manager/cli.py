@@ -111,21 +111,25 @@ def status_tables(
     workers (one line each), placements (one version per line, HOT first) and decisions
     (id over time, action over tiers, the version over its reason, heat and policy)."""
     wt = Table(title=f"workers ({len(workers)})", title_justify="left")
-    for col in ("worker", "alive", "HOT slots used/cap (pinned)", "WARM bytes used/cap"):
+    for col in ("worker", "alive", "HOT registered used/cap (pinned) · GPU slots used/cap",
+                "WARM bytes used/cap"):
         wt.add_column(col, overflow="fold")
     pt = Table(title="placements", title_justify="left")
-    for col in ("worker", "tier", "version", "pin", "in flight"):
+    for col in ("worker", "tier", "version", "pin", "GPU slot", "in flight"):
         pt.add_column(col, overflow="fold")
     for w in workers:
         s = w.state
         slots = "\n".join(f"{c.base_model}: {c.hot_slots_used}/{c.hot_slots_capacity} "
-                          f"({c.hot_slots_pinned})" for c in s.capacities) or "-"
+                          f"({c.hot_slots_pinned})"
+                          + (f" · {c.gpu_slots_used}/{c.gpu_slots}" if c.gpu_slots else "")
+                          for c in s.capacities) or "-"
         wt.add_row(s.worker_id, "yes" if w.alive else "GONE", slots,
                    f"{_bytes(s.warm_bytes_used)} / {_bytes(s.warm_bytes_capacity)}")
         placed = sorted(s.placements, key=lambda p: (p.tier != common_pb2.TIER_HOT, _vid(p.adapter)))
         for p in placed:
             pt.add_row(s.worker_id, _TIER[p.tier], Text(_vid(p.adapter)),
-                       "yes" if p.pinned else "", str(p.in_flight) if p.in_flight else "")
+                       "yes" if p.pinned else "", "yes" if p.slot_resident else "",
+                       str(p.in_flight) if p.in_flight else "")
     dt = Table(title=f"recent decisions ({len(decisions)})", title_justify="left")
     for col in ("id / at UTC", "action", "version / reason", "worker"):
         dt.add_column(col, overflow="fold")
@@ -169,4 +173,4 @@ def placement(
     for p in resp.placements:
         pl = p.placement
         typer.echo(f"{p.worker_id:<16} {_TIER[pl.tier]:<5} pinned={pl.pinned} "
-                   f"in_flight={pl.in_flight} {p.grpc_address}")
+                   f"gpu_slot={pl.slot_resident} in_flight={pl.in_flight} {p.grpc_address}")

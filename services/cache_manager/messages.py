@@ -101,7 +101,8 @@ def worker_state_proto(w: WorkerView) -> events_pb2.WorkerState:
         s.capacities.append(events_pb2.BaseModelCapacity(
             base_model=bm, hot_slots_capacity=cap.slots, hot_slots_used=len(hot),
             hot_slots_pinned=sum(1 for p in hot if p.pinned), max_lora_rank=cap.max_lora_rank,
-            tokenizer_revision=cap.tokenizer_revision,
+            tokenizer_revision=cap.tokenizer_revision, gpu_slots=cap.gpu_slots,
+            gpu_slots_used=cap.gpu_slots_used,
         ))
     for vid in sorted(w.placements, key=lambda v: (w.placements[v].tier is not Tier.HOT, v)):
         s.placements.append(placement_proto(w, vid))
@@ -114,6 +115,7 @@ def placement_proto(w: WorkerView, vid: str) -> events_pb2.AdapterPlacement:
     ap = events_pb2.AdapterPlacement(
         adapter=p.ref.proto(), engine_id=p.engine_id, tier=tier_to_proto(p.tier), pinned=p.pinned,
         in_flight=p.in_flight, size_bytes=p.size_bytes, sha256=p.sha256, rank=p.rank,
+        slot_resident=p.slot_resident,
     )
     if p.loaded_at:
         ap.loaded_at.FromDatetime(_dt(p.loaded_at))

@@ -76,6 +76,8 @@ class Placement:
     last_used_at: float | None = None
     sha256: str = ""
     rank: int = 0
+    slot_resident: bool = False
+    """HOT's second level: in one of the engine's GPU slots at the worker's last snapshot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,9 @@ class Capacity:
     slots: int
     max_lora_rank: int = 0
     tokenizer_revision: str = ""
+    gpu_slots: int = 0
+    """The engine's GPU slots (``max_loras``; ``slots`` counts the registrations planned)."""
+    gpu_slots_used: int = 0
 
 
 @dataclass(slots=True)
@@ -525,7 +530,8 @@ class State:
         w.ready = s.ready
         w.warm_bytes_capacity = s.warm_bytes_capacity
         w.capacities = {
-            c.base_model: Capacity(c.hot_slots_capacity, c.max_lora_rank, c.tokenizer_revision)
+            c.base_model: Capacity(c.hot_slots_capacity, c.max_lora_rank, c.tokenizer_revision,
+                                   c.gpu_slots, c.gpu_slots_used)
             for c in s.capacities
         }
         for bm in s.base_models:
@@ -549,6 +555,7 @@ class State:
                 last_used_at=last_used,
                 sha256=ap.sha256,
                 rank=ap.rank,
+                slot_resident=ap.slot_resident,
             )
             if last_used is not None:
                 # After a restart of the cache manager, the worker remembers what was used.

@@ -360,23 +360,27 @@ class LoadFailed(_message.Message):
     def __init__(self, code: _Optional[_Union[LoadErrorCode, str]] = ..., message: _Optional[str] = ..., retriable: _Optional[bool] = ..., engine_id: _Optional[int] = ...) -> None: ...
 
 class BaseModelCapacity(_message.Message):
-    __slots__ = ("base_model", "hot_slots_capacity", "hot_slots_used", "hot_slots_pinned", "max_lora_rank", "tokenizer_revision")
+    __slots__ = ("base_model", "hot_slots_capacity", "hot_slots_used", "hot_slots_pinned", "max_lora_rank", "tokenizer_revision", "gpu_slots", "gpu_slots_used")
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
     HOT_SLOTS_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     HOT_SLOTS_USED_FIELD_NUMBER: _ClassVar[int]
     HOT_SLOTS_PINNED_FIELD_NUMBER: _ClassVar[int]
     MAX_LORA_RANK_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_REVISION_FIELD_NUMBER: _ClassVar[int]
+    GPU_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    GPU_SLOTS_USED_FIELD_NUMBER: _ClassVar[int]
     base_model: str
     hot_slots_capacity: int
     hot_slots_used: int
     hot_slots_pinned: int
     max_lora_rank: int
     tokenizer_revision: str
-    def __init__(self, base_model: _Optional[str] = ..., hot_slots_capacity: _Optional[int] = ..., hot_slots_used: _Optional[int] = ..., hot_slots_pinned: _Optional[int] = ..., max_lora_rank: _Optional[int] = ..., tokenizer_revision: _Optional[str] = ...) -> None: ...
+    gpu_slots: int
+    gpu_slots_used: int
+    def __init__(self, base_model: _Optional[str] = ..., hot_slots_capacity: _Optional[int] = ..., hot_slots_used: _Optional[int] = ..., hot_slots_pinned: _Optional[int] = ..., max_lora_rank: _Optional[int] = ..., tokenizer_revision: _Optional[str] = ..., gpu_slots: _Optional[int] = ..., gpu_slots_used: _Optional[int] = ...) -> None: ...
 
 class AdapterPlacement(_message.Message):
-    __slots__ = ("adapter", "engine_id", "tier", "pinned", "in_flight", "size_bytes", "loaded_at", "last_used_at", "sha256", "rank")
+    __slots__ = ("adapter", "engine_id", "tier", "pinned", "in_flight", "size_bytes", "loaded_at", "last_used_at", "sha256", "rank", "slot_resident")
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
@@ -387,6 +391,7 @@ class AdapterPlacement(_message.Message):
     LAST_USED_AT_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    SLOT_RESIDENT_FIELD_NUMBER: _ClassVar[int]
     adapter: _common_pb2.AdapterRef
     engine_id: int
     tier: _common_pb2.Tier
@@ -397,7 +402,8 @@ class AdapterPlacement(_message.Message):
     last_used_at: _timestamp_pb2.Timestamp
     sha256: str
     rank: int
-    def __init__(self, adapter: _Optional[_Union[_common_pb2.AdapterRef, _Mapping]] = ..., engine_id: _Optional[int] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., pinned: _Optional[bool] = ..., in_flight: _Optional[int] = ..., size_bytes: _Optional[int] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sha256: _Optional[str] = ..., rank: _Optional[int] = ...) -> None: ...
+    slot_resident: bool
+    def __init__(self, adapter: _Optional[_Union[_common_pb2.AdapterRef, _Mapping]] = ..., engine_id: _Optional[int] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., pinned: _Optional[bool] = ..., in_flight: _Optional[int] = ..., size_bytes: _Optional[int] = ..., loaded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sha256: _Optional[str] = ..., rank: _Optional[int] = ..., slot_resident: _Optional[bool] = ...) -> None: ...
 
 class WorkerState(_message.Message):
     __slots__ = ("worker_id", "base_models", "capacities", "warm_bytes_capacity", "warm_bytes_used", "placements", "grpc_address", "started_at", "seq", "ready")

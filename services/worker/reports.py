@@ -127,6 +127,7 @@ def worker_state(
             base_model=manager.base_model, hot_slots_capacity=manager.hot_capacity,
             hot_slots_used=manager.hot_count(), hot_slots_pinned=manager.pinned_count(),
             max_lora_rank=limits.max_lora_rank, tokenizer_revision=tokenizer_revision,
+            gpu_slots=limits.max_loras, gpu_slots_used=len(manager.engine.slots.resident),
         )
     )
     for p in sorted(manager.placements.values(), key=lambda p: p.spec.engine_id):
@@ -134,6 +135,8 @@ def worker_state(
             adapter=adapter_ref(p.spec), engine_id=p.spec.engine_id, tier=p.tier,
             pinned=p.pinned, in_flight=p.in_flight, size_bytes=p.host.size_bytes,
             sha256=p.spec.sha256, rank=p.host.rank,
+            slot_resident=p.tier == common_pb2.TIER_HOT
+            and p.spec.engine_id in manager.engine.slots.resident,
         )
         placement.loaded_at.FromDatetime(p.loaded_at)
         if p.last_used_at is not None:

@@ -25,12 +25,12 @@ def fixture() -> tuple[list[cache_pb2.WorkerInfo], list[cache_pb2.Decision]]:
     for w, held in (("worker-0", [0, 1, 2]), ("worker-1", [3, 4, 5, 0])):
         placements = [events_pb2.AdapterPlacement(
             adapter=ref(i), tier=common_pb2.TIER_HOT if k < 2 else common_pb2.TIER_WARM,
-            pinned=k == 0, in_flight=k) for k, i in enumerate(held)]
+            pinned=k == 0, in_flight=k, slot_resident=k == 0) for k, i in enumerate(held)]
         state = events_pb2.WorkerState(
             worker_id=w, warm_bytes_capacity=8 * 1024**3, warm_bytes_used=3 * 1024**3 + 12345,
             placements=placements, capacities=[events_pb2.BaseModelCapacity(
                 base_model="tiny-llama", hot_slots_capacity=4, hot_slots_used=2,
-                hot_slots_pinned=1)])
+                hot_slots_pinned=1, gpu_slots=2, gpu_slots_used=1)])
         workers.append(cache_pb2.WorkerInfo(state=state, alive=w == "worker-0"))
     decisions = []
     for k in range(6):
@@ -67,6 +67,7 @@ def test_status_fits_80_columns_and_keeps_every_version_and_reason() -> None:
     assert "load_hot" in out and "WARM→HOT" in out
     assert "worker-0" in out and "worker-1" in out and "GONE" in out
     assert "3.0 GiB / 8.0 GiB" in out
+    assert "GPU slot" in out and "2/4 (1) · 1/2" in text  # both HOT levels
 
 
 def test_placements_list_hot_before_warm_per_worker() -> None:

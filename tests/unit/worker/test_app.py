@@ -111,8 +111,30 @@ async def test_get_state_and_engine_death(app: WorkerApp) -> None:
     assert state.ready and state.worker_id == "w-unit" and state.base_models == [BASE]
     cap = state.capacities[0]
     assert (cap.hot_slots_capacity, cap.max_lora_rank) == (LIMITS.max_loras, 16)
+    # HOT's second level: the zero (base) adapter was registered, so it sits in a slot
+    assert (cap.gpu_slots, cap.gpu_slots_used) == (LIMITS.max_loras, 1)
     model = app.engine.inner
     assert isinstance(model, VllmModel)
     model.died = True
     await asyncio.wait_for(app.engine_failed.wait(), 5)
     assert not app.ready and not app.state().ready
+
+
+async def test_state_reports_registered_and_slot_resident_versions_apart(
+    app: WorkerApp, make_adapter: MakeAdapter,
+) -> None:
+    """More versions registered than the engine has GPU slots: each HOT one is reported with
+    whether it sits in a slot now (the least recently used ones were moved out)."""
+    specs = [make_adapter() for _ in range(LIMITS.max_loras + 1)]
+    for spec in specs:  # loaded one after the other: each activation pushes the oldest out
+        await call(app, request(spec, request_class=common_pb2.REQUEST_CLASS_BACKGROUND))
+    state = app.state()
+    hot = {p.engine_id: p for p in state.placements if p.tier == common_pb2.TIER_HOT}
+    cap = state.capacities[0]
+    assert cap.gpu_slots == LIMITS.max_loras == cap.gpu_slots_used
+    in_slot = {e for e, p in hot.items() if p.slot_resident}
+    # registered: the HOT versions and the zero (base) adapter, one more than the slots;
+    # the zero adapter, activated first and never used since, was moved out
+    assert len(app.engine.registered) == len(hot) + 1 == LIMITS.max_loras + 1
+    assert in_slot == set(hot) == app.engine.slots.resident
+    assert app.zero_adapter.engine_id not in app.engine.slots.resident
