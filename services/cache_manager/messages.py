@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from loraplane.cache_manager.core import DecisionEntry, Issued
 from loraplane.cache_manager.model import CommandKind, Tier
+from loraplane.cache_manager.planner import HotOrder
 from loraplane.cache_manager.state import WorkerView
 from loraplane.shared.topics import new_meta
 from loraplane.shared.vocab import tier_to_proto
@@ -49,6 +50,7 @@ def build_command(issued: Issued, producer: str) -> events_pb2.CacheCommand:
             size_bytes=rec.size_bytes,
             rank=rec.rank,
             never_evict=spec.never_evict,
+            hot_keep=spec.hot_keep,
         ))
     elif spec.kind in (CommandKind.DEMOTE, CommandKind.EVICT):
         cmd.evict.CopyFrom(events_pb2.EvictAdapter(
@@ -61,6 +63,19 @@ def build_command(issued: Issued, producer: str) -> events_pb2.CacheCommand:
         cmd.pin.CopyFrom(events_pb2.PinAdapter(engine_id=rec.engine_id))
     else:
         cmd.unpin.CopyFrom(events_pb2.UnpinAdapter(engine_id=rec.engine_id))
+    return cmd
+
+
+def build_hot_order(worker_id: str, order: HotOrder, producer: str, command_id: str,
+                    now: float) -> events_pb2.CacheCommand:
+    """The ``CacheCommand`` carrying a worker's HOT order (:meth:`CacheCore.hot_orders`)."""
+    cmd = events_pb2.CacheCommand(
+        meta=new_meta(producer, clock=lambda: _dt(now)), command_id=command_id,
+        worker_id=worker_id, reason="hot_order",
+        hot_order=events_pb2.HotOrder(
+            keeps=[events_pb2.HotKeep(engine_id=eid, keep=keep) for eid, keep in order]),
+    )
+    cmd.issued_at.FromDatetime(_dt(now))
     return cmd
 
 

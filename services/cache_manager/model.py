@@ -211,6 +211,10 @@ class CommandSpec:
     never_evict: bool = False
     """For loads: the version is protected by policy (active canary, protected priority);
     the worker's own request-path demotion must never pick it."""
+    hot_keep: float | None = None
+    """For LOAD_HOT: the version's HOT keep key in the round's adaptive ranking
+    (``Ranks.hot_key``; ``LoadAdapter.hot_keep``), the order the worker's request-path
+    victim follows; None without a ranking."""
 
     def sort_key(self) -> tuple[int, str, str]:
         """Execution order: what frees room first, then worker, then version."""

@@ -189,6 +189,10 @@ class Requirement:
     target_worker: str = ""
 
 
+HotOrder = tuple[tuple[int, float], ...]
+"""A worker's HOT order: (engine id, keep key) of every version HOT there, by engine id."""
+
+
 @dataclass(slots=True)
 class Round:
     """Result of one planning round."""
@@ -201,6 +205,9 @@ class Round:
     plan: Plan
     dropped: int = 0
     """Commands the guards removed this round."""
+    hot_orders: dict[str, HotOrder] = field(default_factory=dict)
+    """Per worker whose HOT order changed since it was last sent (:meth:`Planner.hot_orders`):
+    what its request-path victim follows (``HotOrder``)."""
 
 
 _REMOVES_HOT = frozenset({CommandKind.DEMOTE, CommandKind.EVICT})
@@ -226,6 +233,8 @@ class Planner:
         """Policy metadata per version, rebuilt only when its inputs change."""
         self._ranked: dict[str, tuple[VersionMeta, RankedVersion]] = {}
         """What the adaptive ranking knows of each version, per cached meta."""
+        self._hot_orders: dict[str, HotOrder] = {}
+        """The HOT order each worker was last sent (:meth:`hot_order_sent`)."""
 
     # ------------------------------------------------------------------ snapshot
 
@@ -415,13 +424,42 @@ class Planner:
             and self._protected(snapshot, s.version_id))
         accepted, dropped = self._guard(state, tracker, candidates, now, notes)
         heat = {s.version_id: self.heat_of(snapshot, s.version_id, now) for s in accepted}
+        ranks = snapshot.ranks
         accepted = [
             CommandSpec(s.kind, s.worker_id, s.version_id, s.reason, s.detail, s.pin,
                         heat.get(s.version_id, 0.0), s.source,
-                        never_evict=s.kind in _LOADS and self._protected(snapshot, s.version_id))
+                        never_evict=s.kind in _LOADS and self._protected(snapshot, s.version_id),
+                        hot_keep=ranks.hot_key(s.version_id)
+                        if ranks is not None and s.kind is CommandKind.LOAD_HOT else None)
             for s in accepted
         ]
-        return Round(accepted, notes, heat, snapshot, plan, dropped)
+        return Round(accepted, notes, heat, snapshot, plan, dropped,
+                     self.hot_orders(state, snapshot))
+
+    def hot_orders(self, state: State, snapshot: Snapshot) -> dict[str, HotOrder]:
+        """Per worker whose order changed since it was last sent: the round's HOT keep key
+        (``Ranks.hot_key``) of every version HOT there, by engine id — what the worker's
+        request-path victim follows (``HotOrder``), so that it takes the victim the heat plan
+        would. Empty without a ranking. A restarted worker's HOT set (and so its order)
+        changes as it loads again; each HOT load carries its own key (``hot_keep``)."""
+        ranks = snapshot.ranks
+        if ranks is None:
+            return {}
+        out: dict[str, HotOrder] = {}
+        for wid, w in state.workers.items():
+            if not w.alive:
+                continue
+            order = tuple(sorted(
+                (rec.engine_id, ranks.hot_key(vid)) for vid in w.hot()
+                if (rec := state.versions.get(vid)) is not None and rec.engine_id
+            ))
+            if self._hot_orders.get(wid) != order:
+                out[wid] = order
+        return out
+
+    def hot_order_sent(self, worker_id: str, order: HotOrder) -> None:
+        """``order`` reached the broker for ``worker_id`` (sent again only once it changes)."""
+        self._hot_orders[worker_id] = order
 
     def _protected(self, snapshot: Snapshot, vid: str) -> bool:
         """Whether the policy protects ``vid`` (active canary, protected priority)."""

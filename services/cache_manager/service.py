@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
@@ -46,9 +47,10 @@ from loraplane.cache_manager.kafka_io import (
     decode_batch,
     new_consumer,
 )
-from loraplane.cache_manager.messages import build_command
+from loraplane.cache_manager.messages import build_command, build_hot_order
 from loraplane.cache_manager.metrics import CacheMetrics, StateCollector
 from loraplane.cache_manager.model import CommandKind, Tier, version_id
+from loraplane.cache_manager.planner import HotOrder
 from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.cache_manager.shadow import GrpcShadowRunner, ShadowRunner
@@ -581,10 +583,15 @@ class CacheManagerService:
             log.warning("worker %s stopped reporting: gone", wid)
         for note in result.round.notes:
             log.debug("round: %s", note)
-        if not result.issued:
+        orders = result.round.hot_orders
+        if not result.issued and not orders:
             return 0
         if not await lock.still_held():
             raise LostLeadership()
+        if orders:
+            await self._send_hot_orders(core, sink, orders)
+        if not result.issued:
+            return 0
         messages = [build_command(i, self.settings.producer) for i in result.issued]
         errors = await sink.publish(messages)
         published = 0
@@ -610,6 +617,22 @@ class CacheManagerService:
         if trigger_at is not None:
             self.metrics.trigger_seconds.observe(time.perf_counter() - trigger_at)
         return published
+
+    async def _send_hot_orders(self, core: CacheCore, sink: CommandSink,
+                               orders: dict[str, HotOrder]) -> None:
+        """Send the workers' HOT orders (their request-path victims follow them); one whose
+        publish failed is sent again next round."""
+        now = self.clock()
+        wids = list(orders)
+        errors = await sink.publish([
+            build_hot_order(wid, orders[wid], self.settings.producer, str(uuid.uuid4()), now)
+            for wid in wids
+        ])
+        for wid, err in zip(wids, errors, strict=True):
+            if err is None:
+                core.planner.hot_order_sent(wid, orders[wid])
+            else:
+                log.info("HOT order for %s not published: %s", wid, err)
 
     # ------------------------------------------------------------------ housekeeping
 

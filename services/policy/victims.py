@@ -17,7 +17,10 @@ Rules, in order:
 2. **unprotected first**: among the other members, versions the demotion predicates
    already send back to WARM (idle longer than ``demote.idle_minutes``, error rate after
    load over the limit) lead — protected ones included, as in the policy (HOT → WARM only)
-   — then the coolest by HOT heat, ties by least recently used, then by id;
+   — then the lowest by the cache manager's HOT order (``keep``: its adaptive ranking, the
+   order :class:`~loraplane.policy.heat.HeatPolicy` demotes in), members it has not ranked
+   yet after the ranked ones; the coolest by HOT heat among those without a keep; ties by
+   least recently used, then by id;
 3. **protection overflow**: a protected version (active canary, protected priority) goes
    only when protected and pinned versions hold *every* HOT slot of the worker, so that
    waiting can never free one; then the coolest idle protected version goes (reason
@@ -59,6 +62,10 @@ class HotMember:
     """In flight, reserved for a waiting request, or an operation runs on it: never a victim."""
     protected: bool = False
     """Never-evict flag from the cache manager or the gateway (besides ``meta``'s own)."""
+    keep: float | None = None
+    """The cache manager's HOT keep key (``Ranks.hot_key``, carried by ``LoadAdapter.hot_keep``
+    and ``HotOrder``): higher stays longer. None: not ranked (ranks after the ranked ones, by
+    heat)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +96,14 @@ def _demotion(member: HotMember, now: float, cfg: PolicyConfig) -> Reason | None
     return demotion_reason(member.meta, member.stats, now, cfg)
 
 
-def _key(member: HotMember, heat: float, demote: Reason | None) -> tuple[int, float, float, str]:
-    return (0 if demote is not None else 1, heat, member.last_used, member.meta.version_id)
+_Key = tuple[int, int, float, float, str]
+
+
+def _key(member: HotMember, heat: float, demote: Reason | None) -> _Key:
+    ranked = member.keep is not None
+    return (0 if demote is not None else 1, 0 if ranked else 1,
+            member.keep if member.keep is not None else heat, member.last_used,
+            member.meta.version_id)
 
 
 def hot_victim(
@@ -105,8 +118,8 @@ def hot_victim(
     Deterministic for the same members and clock.
     """
     bw = bandwidths or Bandwidths()
-    plain: list[tuple[tuple[int, float, float, str], HotMember, Reason | None, float]] = []
-    protected: list[tuple[tuple[int, float, float, str], HotMember, Reason | None, float]] = []
+    plain: list[tuple[_Key, HotMember, Reason | None, float]] = []
+    protected: list[tuple[_Key, HotMember, Reason | None, float]] = []
     unprotected_unpinned = 0
     pinned = busy = 0
     for m in members:

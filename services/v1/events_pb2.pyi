@@ -254,7 +254,7 @@ class LifecycleEvent(_message.Message):
     def __init__(self, promoted: _Optional[_Union[AdapterPromoted, _Mapping]] = ..., canary_changed: _Optional[_Union[CanaryChanged, _Mapping]] = ..., rolled_back: _Optional[_Union[RolledBack, _Mapping]] = ..., retired: _Optional[_Union[AdapterRetired, _Mapping]] = ..., withdrawn: _Optional[_Union[VersionWithdrawn, _Mapping]] = ...) -> None: ...
 
 class LoadAdapter(_message.Message):
-    __slots__ = ("target_tier", "pin", "engine_id", "artifact_uri", "sha256", "size_bytes", "rank", "never_evict")
+    __slots__ = ("target_tier", "pin", "engine_id", "artifact_uri", "sha256", "size_bytes", "rank", "never_evict", "hot_keep")
     TARGET_TIER_FIELD_NUMBER: _ClassVar[int]
     PIN_FIELD_NUMBER: _ClassVar[int]
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +263,7 @@ class LoadAdapter(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     NEVER_EVICT_FIELD_NUMBER: _ClassVar[int]
+    HOT_KEEP_FIELD_NUMBER: _ClassVar[int]
     target_tier: _common_pb2.Tier
     pin: bool
     engine_id: int
@@ -271,7 +272,22 @@ class LoadAdapter(_message.Message):
     size_bytes: int
     rank: int
     never_evict: bool
-    def __init__(self, target_tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., pin: _Optional[bool] = ..., engine_id: _Optional[int] = ..., artifact_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., rank: _Optional[int] = ..., never_evict: _Optional[bool] = ...) -> None: ...
+    hot_keep: float
+    def __init__(self, target_tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., pin: _Optional[bool] = ..., engine_id: _Optional[int] = ..., artifact_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., rank: _Optional[int] = ..., never_evict: _Optional[bool] = ..., hot_keep: _Optional[float] = ...) -> None: ...
+
+class HotKeep(_message.Message):
+    __slots__ = ("engine_id", "keep")
+    ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    engine_id: int
+    keep: float
+    def __init__(self, engine_id: _Optional[int] = ..., keep: _Optional[float] = ...) -> None: ...
+
+class HotOrder(_message.Message):
+    __slots__ = ("keeps",)
+    KEEPS_FIELD_NUMBER: _ClassVar[int]
+    keeps: _containers.RepeatedCompositeFieldContainer[HotKeep]
+    def __init__(self, keeps: _Optional[_Iterable[_Union[HotKeep, _Mapping]]] = ...) -> None: ...
 
 class EvictAdapter(_message.Message):
     __slots__ = ("to_tier", "reason", "engine_id")
@@ -296,7 +312,7 @@ class UnpinAdapter(_message.Message):
     def __init__(self, engine_id: _Optional[int] = ...) -> None: ...
 
 class CacheCommand(_message.Message):
-    __slots__ = ("meta", "command_id", "worker_id", "issued_at", "deadline", "reason", "load", "evict", "pin", "unpin")
+    __slots__ = ("meta", "command_id", "worker_id", "issued_at", "deadline", "reason", "load", "evict", "pin", "unpin", "hot_order")
     META_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -307,6 +323,7 @@ class CacheCommand(_message.Message):
     EVICT_FIELD_NUMBER: _ClassVar[int]
     PIN_FIELD_NUMBER: _ClassVar[int]
     UNPIN_FIELD_NUMBER: _ClassVar[int]
+    HOT_ORDER_FIELD_NUMBER: _ClassVar[int]
     meta: _common_pb2.EventMeta
     command_id: str
     worker_id: str
@@ -317,7 +334,8 @@ class CacheCommand(_message.Message):
     evict: EvictAdapter
     pin: PinAdapter
     unpin: UnpinAdapter
-    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., command_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., load: _Optional[_Union[LoadAdapter, _Mapping]] = ..., evict: _Optional[_Union[EvictAdapter, _Mapping]] = ..., pin: _Optional[_Union[PinAdapter, _Mapping]] = ..., unpin: _Optional[_Union[UnpinAdapter, _Mapping]] = ...) -> None: ...
+    hot_order: HotOrder
+    def __init__(self, meta: _Optional[_Union[_common_pb2.EventMeta, _Mapping]] = ..., command_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., load: _Optional[_Union[LoadAdapter, _Mapping]] = ..., evict: _Optional[_Union[EvictAdapter, _Mapping]] = ..., pin: _Optional[_Union[PinAdapter, _Mapping]] = ..., unpin: _Optional[_Union[UnpinAdapter, _Mapping]] = ..., hot_order: _Optional[_Union[HotOrder, _Mapping]] = ...) -> None: ...
 
 class AdapterLoaded(_message.Message):
     __slots__ = ("tier", "duration_ms", "bytes", "source_tier", "engine_id", "pinned")

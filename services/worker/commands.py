@@ -78,12 +78,18 @@ class CommandExecutor:
             self._answers.popitem(last=False)
 
     async def execute(self, cmd: events_pb2.CacheCommand) -> events_pb2.WorkerReport | None:
-        """Run ``cmd``; returns its report (``None`` for another worker's command)."""
+        """Run ``cmd``; returns its report (``None`` for another worker's command and for a
+        ``HotOrder``, which no report answers)."""
         if not self.is_mine(cmd):
             return None
         previous = self._answers.get(cmd.command_id)
         if previous is not None:
             return previous
+        if cmd.WhichOneof("command") == "hot_order":
+            # the cache manager's HOT order after a round: nothing to load, nothing to report
+            self.manager.set_hot_order(
+                {k.engine_id: k.keep for k in cmd.hot_order.keeps}, replace=True)
+            return None
         ctx = reports.ReportContext(self.worker_id, self.clock, cmd)
         ref = cmd.meta.adapter if cmd.meta.HasField("adapter") else None
         engine_id = _engine_id(cmd)
@@ -133,6 +139,8 @@ class CommandExecutor:
                 spec, cmd.load.target_tier, pin=cmd.load.pin, never_evict=cmd.load.never_evict,
                 wait=self._slot_wait(cmd.load.target_tier, remaining),
             )
+            if cmd.load.HasField("hot_keep"):
+                self.manager.set_hot_order({spec.engine_id: cmd.load.hot_keep}, replace=False)
             return reports.loaded(ctx, outcome)
         if kind == "evict":
             if cmd.evict.to_tier not in (TIER_WARM, TIER_COLD):
@@ -159,6 +167,6 @@ def _current(spec: ArtifactSpec, tier: Tier, pinned: bool) -> LoadOutcome:
 
 def _engine_id(cmd: events_pb2.CacheCommand) -> int:
     kind = cmd.WhichOneof("command")
-    if kind is None:
+    if kind is None or kind == "hot_order":
         return 0
     return int(getattr(cmd, kind).engine_id)

@@ -214,7 +214,9 @@ def _lane(_tp: object, record: object) -> int:
 
 def _command_engine_id(cmd: events_pb2.CacheCommand) -> int:
     kind = cmd.WhichOneof("command")
-    return int(getattr(cmd, kind).engine_id) if kind else 0
+    if kind is None or kind == "hot_order":  # a HOT order is for no one adapter: lane 0
+        return 0
+    return int(getattr(cmd, kind).engine_id)
 
 
 class HeatBatcher:

@@ -98,6 +98,10 @@ class Placement:
     """Protected by policy (active canary, platinum...): the worker's own request-path
     demotion picks it only when every other HOT version is pinned, busy or protected too
     (the policy's HOT guarantee is the pin; its WARM guarantee is the cache manager's)."""
+    hot_keep: float | None = None
+    """The cache manager's HOT keep key (``LoadAdapter.hot_keep``, ``HotOrder``): the
+    request-path victim takes the lowest first (None: not ranked; after the ranked, by heat).
+    Cleared when the version leaves HOT."""
     in_flight: int = 0
     draining: bool = False
     last_used_at: datetime | None = None
@@ -440,9 +444,19 @@ class AdapterManager:
             )
             members.append(HotMember(
                 meta, q.stats.view(), (q.last_used_at or q.loaded_at).timestamp(),
-                pinned=q.pinned, busy=busy, protected=q.never_evict,
+                pinned=q.pinned, busy=busy, protected=q.never_evict, keep=q.hot_keep,
             ))
         return members
+
+    def set_hot_order(self, keeps: dict[int, float], *, replace: bool) -> None:
+        """Take the cache manager's HOT keep keys (engine id -> keep) for the request-path
+        victim: ``replace`` (a ``HotOrder``) also clears the keep of every HOT version not
+        listed; otherwise (a load's ``hot_keep``) only the listed ones change."""
+        for eid, q in self.placements.items():
+            if eid in keeps:
+                q.hot_keep = keeps[eid] if q.hot else None
+            elif replace:
+                q.hot_keep = None
 
     def choose_victim(self, exclude: int = 0) -> VictimChoice:
         """The version the request path would demote now (see :mod:`loraplane.policy.victims`)."""
@@ -554,6 +568,7 @@ class AdapterManager:
             # not HOT from now on: a request arriving while the engine unregisters it must
             # load it again (behind this lock), never start on an adapter about to go
             victim.hot = False
+            victim.hot_keep = None
             try:
                 await self.engine.unregister(engine_id)
             except BaseException:
@@ -620,6 +635,7 @@ class AdapterManager:
                 await self.engine.unregister(engine_id)
                 p.hot = False
                 p.pinned = False
+                p.hot_keep = None
             if to_tier == TIER_COLD:
                 await self.host.remove(engine_id)
                 del self.placements[engine_id]

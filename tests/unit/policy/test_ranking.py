@@ -30,6 +30,7 @@ from loraplane.policy.plan import ActionKind, Plan
 from loraplane.policy.ranking import AdaptiveRanking, RankedVersion, RankedWorker
 from loraplane.policy.snapshot import Ranks, Snapshot, VersionMeta, WorkerState
 from loraplane.policy.stats import VersionStats
+from loraplane.policy.victims import HotMember, hot_victim
 from loraplane.sim.cost import CostModel
 from loraplane.sim.simulator import Capacities, simulate
 from loraplane.sim.trace import Trace, TraceRow, format_rows, parse_rows
@@ -173,6 +174,15 @@ class _CrossChecked(AdaptiveHeatOnline):
         lowest = min(free, key=lambda u: (ranks.hot_key(names[u]), names[u]))
         assert lowest == victim, (names[lowest], names[victim])
         self.checks["hot " + self.hot_expert(g)] += 1
+        # the worker's request path, told the round's HOT order (HotOrder / hot_keep)
+        members = [
+            HotMember(self.metas[u], self.stats[u].view(), self.stats[u].view().last_access or 0.0,
+                      busy=busy.get(u, 0.0) > now, keep=ranks.hot_key(names[u]))
+            for u in sorted(self.hot)
+        ]
+        worker = hot_victim(members, now, self.cfg, self.bw)
+        assert worker.victim == names[victim], (worker, names[victim])
+        self.checks["hot worker"] += 1
         plan = HeatPolicy(self.cfg).plan(self._snapshot(ranks, busy, now, HOST), now)
         demoted = [a.version_id for a in plan if a.kind is ActionKind.DEMOTE]
         if demoted:
@@ -240,9 +250,11 @@ def test_the_plan_takes_the_simulators_victims(seed: int, moving: bool) -> None:
     hot_evictions, warm_evictions, checks = _checked_run(seed, moving)
     assert hot_evictions > 0 and warm_evictions > 0
     # the victims after the warm-up were checked, on the ranking and in the plan
-    hot = sum(n for k, n in checks.items() if k.startswith("hot ") and k != "hot plan")
+    hot = sum(n for k, n in checks.items()
+              if k.startswith("hot ") and k not in ("hot plan", "hot worker"))
     warm = sum(n for k, n in checks.items() if k.startswith("warm ") and k != "warm plan")
     assert hot > 0.8 * hot_evictions - 2 * SLOTS and checks["hot plan"] > 0.3 * hot, checks
+    assert checks["hot worker"] == hot  # the worker's request path took every one of them
     assert warm > 0.5 * warm_evictions and checks["warm plan"] > 0.05 * warm, checks
 
 

@@ -110,3 +110,19 @@ def test_deterministic_for_the_same_members_and_clock() -> None:
     members = [member(f"v{i}", stats(*range(i + 1, 3 * i + 2))) for i in range(8)]
     first = hot_victim(members, NOW, CFG)
     assert all(hot_victim(list(reversed(members)), NOW, CFG) == first for _ in range(3))
+
+
+def test_the_cache_managers_keep_order_ranks_before_the_heat() -> None:
+    # by heat "cool" would go; the cache manager's ranking keeps it and drops "hot"
+    members = [member("hot", stats(*range(1, 60)), keep=-0.75),
+               member("cool", stats(30), keep=0.0),
+               member("warmish", stats(5, 20), keep=-0.25)]
+    assert hot_victim(members, NOW, CFG).victim == "hot"
+    # a member not ranked yet (loaded since the last order) goes after every ranked one
+    fresh = member("fresh", stats(1000))
+    assert hot_victim([fresh, *members], NOW, CFG).victim == "hot"
+    assert hot_victim([fresh, members[1]], NOW, CFG).victim == "cool"
+    # the demotion predicates still lead: an idle version goes whatever its keep
+    idle = member("idle", stats(CFG.demote.idle_minutes * 60 + 10), keep=1.0)
+    choice = hot_victim([*members, idle], NOW, CFG)
+    assert (choice.victim, choice.reason) == ("idle", Reason.IDLE)

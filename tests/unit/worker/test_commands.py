@@ -377,3 +377,44 @@ async def test_a_request_for_a_version_whose_command_load_waits_makes_room(
     demoted = [e.engine_id for e in rig.events if isinstance(e, EvictOutcome)]
     assert len(demoted) == 1 and demoted[0] in {s.engine_id for s in specs[:-1]}
     assert rig.model.violations == []
+
+
+async def test_the_request_path_victim_follows_the_cache_managers_hot_order(
+    rig: Rig, make_adapter: MakeAdapter
+) -> None:
+    ex = CommandExecutor(rig.manager, worker_id="w1")
+    cap = rig.manager.hot_capacity
+    specs = [make_adapter(f"o{i}") for i in range(cap + 2)]
+    for s in specs[:cap]:
+        assert (await run(ex, load(s, HOT))).loaded.tier == HOT
+    # used in order o0, o1, o2: by its own heat / recency the worker would demote o0 first
+    for s in specs[:cap]:
+        async with rig.manager.use(s, allow_cold=False):
+            pass
+    assert rig.manager.choose_victim().victim == str(specs[0].engine_id)
+    # the cache manager's ranking keeps o0 longest and o1 least: the order replaces the heat
+    keeps = {specs[0].engine_id: -0.0, specs[1].engine_id: -2 / cap, specs[2].engine_id: -1 / cap}
+    order = command(specs[0], hot_order=events_pb2.HotOrder(keeps=[
+        events_pb2.HotKeep(engine_id=eid, keep=k) for eid, k in keeps.items()]))
+    assert await ex.execute(order) is None  # no report answers an order
+    assert {eid: rig.manager.placements[eid].hot_keep for eid in keeps} == keeps
+    async with rig.manager.use(specs[cap], allow_cold=True):
+        pass
+    demoted = [e.engine_id for e in rig.events if isinstance(e, EvictOutcome)]
+    assert demoted == [specs[1].engine_id]
+    assert rig.manager.placements[specs[1].engine_id].hot_keep is None  # left HOT: no keep
+    # the version the request path loaded is not ranked yet: the ranked o2 goes before it
+    async with rig.manager.use(specs[cap + 1], allow_cold=True):
+        pass
+    demoted = [e.engine_id for e in rig.events if isinstance(e, EvictOutcome)]
+    assert demoted == [specs[1].engine_id, specs[2].engine_id]
+    # a HOT load carries its own keep; a later order without it clears it
+    cmd = load(specs[1], HOT)
+    cmd.load.hot_keep = 5.0
+    await run(ex, evict(specs[cap], WARM))
+    assert (await run(ex, cmd)).loaded.tier == HOT
+    assert rig.manager.placements[specs[1].engine_id].hot_keep == 5.0
+    await ex.execute(command(specs[0], hot_order=events_pb2.HotOrder(keeps=[
+        events_pb2.HotKeep(engine_id=specs[0].engine_id, keep=1.0)])))
+    assert rig.manager.placements[specs[1].engine_id].hot_keep is None
+    assert rig.model.violations == []
