@@ -484,7 +484,8 @@ class Responder:
             fresh = self.bus.commands[self._seen:]
             self._seen += len(fresh)
             for cmd in fresh:
-                if cmd.worker_id in self.workers:
+                # a HOT order changes no placement and no report answers it (a real worker's)
+                if cmd.worker_id in self.workers and cmd.WhichOneof("command") != "hot_order":
                     self._apply(cmd)
                     await self.bus.publish(self._ev.answer(cmd, time.time()))
             await asyncio.sleep(0.05)
