@@ -159,6 +159,8 @@ class CacheCore:
         self._ids = id_factory
         self._queued: list[CommandSpec] = []
         self._no_load: dict[tuple[str, str], float] = {}
+        self._demotions: dict[tuple[str, str], CommandSpec] = {}
+        """(worker, version) → the demotion asked while it is blocked from loading there."""
 
     @property
     def policy_name(self) -> str:
@@ -196,7 +198,16 @@ class CacheCore:
         for wid in gone:
             resolutions.extend(self.tracker.forget_worker(wid, now))
         self._no_load = {k: until for k, until in self._no_load.items() if until > now}
+        self._demotions = {k: d for k, d in self._demotions.items() if k in self._no_load}
         queued, self._queued = self._queued, []
+        # a failing canary's (or withdrawn version's) HOT copies are asked to go every round
+        # until they are gone: a demotion the guards dropped (a request still in flight in
+        # the last report) is not lost
+        asked = {(s.worker_id, s.version_id) for s in queued}
+        for (wid, vid), spec in self._demotions.items():
+            w = self.state.workers.get(wid)
+            if (wid, vid) not in asked and w is not None and w.tier_of(vid) is Tier.HOT:
+                queued.append(spec)
         rnd = self.planner.plan(self.state, self.tracker, now, extra=queued,
                                 no_load=frozenset(self._no_load))
         issued: list[Issued] = []
@@ -212,8 +223,9 @@ class CacheCore:
     def shadow_failed(self, worker_id: str, vid: str, now: float, detail: str) -> None:
         """A canary failed its golden set on a worker: demote it there and keep it away."""
         self._no_load[(worker_id, vid)] = now + self.rules.commands.backoff_max_s
-        self._queued.append(CommandSpec(CommandKind.DEMOTE, worker_id, vid, "golden_set_failed",
-                                        detail, source="rule:canary_shadow"))
+        self._demotions[(worker_id, vid)] = CommandSpec(
+            CommandKind.DEMOTE, worker_id, vid, "golden_set_failed", detail,
+            source="rule:canary_shadow")
 
     def canary_aborted(self, vid: str, now: float, *, reason: str = "canary_aborted",
                        detail: str = "canary analysis") -> None:
@@ -222,10 +234,9 @@ class CacheCore:
         its in-flight requests first) and keep it from loading for the block time."""
         for w in self.state.workers.values():
             self._no_load[(w.worker_id, vid)] = now + self.rules.commands.backoff_max_s
-            if w.tier_of(vid) is Tier.HOT:
-                self._queued.append(CommandSpec(CommandKind.DEMOTE, w.worker_id, vid,
-                                                reason, detail,
-                                                source="rule:canary_analysis"))
+            self._demotions[(w.worker_id, vid)] = CommandSpec(
+                CommandKind.DEMOTE, w.worker_id, vid, reason, detail,
+                source="rule:canary_analysis")
 
     def publish_failed(self, command_id: str, now: float) -> Resolution | None:
         """The command never reached the broker: count a retriable failure."""

@@ -204,3 +204,28 @@ def test_a_canary_that_failed_its_golden_set_loses_its_protection_at_a_share_abo
     later = [i.pending.spec for r in settle(core, T0 + 2) for i in r.issued]
     assert not [s for s in later if s.kind in (CommandKind.LOAD_HOT, CommandKind.LOAD_WARM)
                 and s.worker_id == "w1" and s.version_id == canary.version_id], later
+
+
+def test_an_aborted_canarys_demotion_dropped_for_a_request_in_flight_is_asked_again() -> None:
+    """The abort's demotion is not one-shot: while a request is still in flight in the last
+    report the guard drops it; the next round (the request done) asks again."""
+    core = heat_core()
+    canary = ev.ref("canary")
+    core.apply(ev.admitted(canary, 1, T0), T0)
+    core.apply(ev.snapshot(ev.WorkerSpec("w1", slots=4, held=[ev.Held(canary, in_flight=1)]),
+                           1, T0), T0)
+    core.canary_aborted(canary.version_id, T0 + 1)
+    res = core.round(T0 + 1)
+    assert not [i for i in res.issued if i.pending.spec.kind is CommandKind.DEMOTE]
+    assert any("request(s) in flight" in n for n in res.round.notes), res.round.notes
+    core.apply(ev.snapshot(ev.WorkerSpec("w1", slots=4, held=[ev.Held(canary)]), 2, T0 + 2),
+               T0 + 2)
+    res = core.round(T0 + 2)
+    assert [(i.pending.spec.worker_id, i.pending.spec.reason) for i in res.issued
+            if i.pending.spec.kind is CommandKind.DEMOTE] == [("w1", "canary_aborted")]
+    for issued in res.issued:
+        core.apply(ev.answer(build_command(issued, "test"), T0 + 2), T0 + 2)
+    assert core.state.workers["w1"].tier_of(canary.version_id) is not Tier.HOT
+    # gone: not asked again
+    assert not [i for i in core.round(T0 + 3).issued
+                if i.pending.spec.kind is CommandKind.DEMOTE]
