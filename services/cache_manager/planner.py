@@ -651,6 +651,7 @@ class Planner:
 
         # 2b. Canary prewarm schedules: verified bytes on every target worker (free bytes).
         out += self._canary_prewarm(state, proj, tracker, now, notes, protected)
+        out += self._join_prewarm(state, proj, snapshot, tracker, now)
 
         # 3. Rollback targets stay WARM where the stable version is HOT (free bytes only).
         rb = self.rules.rollback
@@ -729,6 +730,46 @@ class Planner:
                     source="rule:canary_prewarm"))
                 pr.apply(CommandKind.LOAD_WARM, vid)
                 protected.add((wid, vid))
+        return out
+
+    def _join_prewarm(
+        self,
+        state: State,
+        proj: dict[str, Projection],
+        snapshot: Snapshot,
+        tracker: CommandTracker,
+        now: float,
+    ) -> list[CommandSpec]:
+        """``LOAD_WARM`` of the ``join_prewarm.top`` hottest requested versions of each base
+        model on a worker started within ``join_prewarm.window_s`` that holds none of them
+        (free bytes only): its first requests for them need no download."""
+        rule = self.rules.join_prewarm
+        out: list[CommandSpec] = []
+        if rule.top <= 0:
+            return out
+        versions = state.versions
+        for wid, pr in proj.items():
+            if not 0 < now - pr.view.started_at <= rule.window_s:
+                continue
+            for bm in sorted(pr.view.capacities):
+                ranked = sorted(
+                    ((self.heat_of(snapshot, vid, now), vid) for vid, m in
+                     snapshot.versions.items()
+                     if m.base_model == bm and snapshot.stats_of(vid).requests > 0),
+                    key=lambda hv: (-hv[0], hv[1]))[: rule.top]
+                for heat, vid in ranked:
+                    rec = versions[vid]
+                    if vid in pr.slots or not rec.artifact_uri:
+                        continue
+                    if pr.view.warm_bytes_capacity - pr.used_bytes(versions) < rec.size_bytes:
+                        continue
+                    if not tracker.can_issue(wid, vid, now):
+                        continue
+                    out.append(CommandSpec(
+                        CommandKind.LOAD_WARM, wid, vid, Reason.HEAT,
+                        f"worker joined: among the {rule.top} hottest of {bm} "
+                        f"(heat {heat:.2f})", source="rule:join_prewarm"))
+                    pr.apply(CommandKind.LOAD_WARM, vid)
         return out
 
     def _hosts(

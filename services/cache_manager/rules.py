@@ -15,6 +15,8 @@ what the business requires whatever the heat:
   version it replaces was;
 * ``schedules``: warm-up windows per tenant / adapter / version;
 * ``prewarm``: how long a ``PrewarmRequested`` keeps a version required HOT;
+* ``join_prewarm``: a worker that started recently gets its base models' hottest versions
+  WARM (free bytes only);
 * ``demand``: a version requested recently but HOT nowhere is loaded where a slot is free;
 * ``commands``: timeout and backoff of commands; ``limits``: per-round caps.
 
@@ -261,6 +263,16 @@ class PrewarmRules(_Strict):
     """How long a prewarm request keeps its version required HOT."""
 
 
+class JoinPrewarmRules(_Strict):
+    """A worker that (re)started recently gets the hottest versions of its base models WARM."""
+
+    top: int = Field(default=0, ge=0)
+    """Versions per base model, hottest first (the planner's HOT heat; requested ones only);
+    0 = off."""
+    window_s: float = Field(default=300.0, gt=0)
+    """How long after the worker's start the rule applies."""
+
+
 class DemandRules(_Strict):
     """Load on demand where a slot is free (covers demand-only policies such as LRU)."""
 
@@ -307,6 +319,7 @@ class RulesConfig(_Strict):
     rollback: RollbackRules = Field(default_factory=RollbackRules)
     schedules: list[Schedule] = Field(default_factory=list)
     prewarm: PrewarmRules = Field(default_factory=PrewarmRules)
+    join_prewarm: JoinPrewarmRules = Field(default_factory=JoinPrewarmRules)
     demand: DemandRules = Field(default_factory=DemandRules)
     commands: CommandRules = Field(default_factory=CommandRules)
     limits: Limits = Field(default_factory=Limits)

@@ -184,3 +184,37 @@ async def test_runner_sets_the_share_through_the_registry_when_the_workers_repor
     assert [(d.action, d.to_percent) for d in taken] == [(Action.ADVANCE, 10)]
     assert reg.calls[0][:3] == ("set_share", "v2", "10")
     assert await runner.tick(state, T0 + 2.5) == []  # never twice
+
+
+def test_a_worker_that_joined_gets_the_hottest_versions_warm() -> None:
+    """join_prewarm: a worker started within the window gets the top requested versions of
+    its base model WARM (free bytes), hottest first; an old worker and cold versions do not."""
+    rules = rules_from_mapping(
+        {"join_prewarm": {"top": 2, "window_s": 300}, "demand": {"enabled": False}}
+    )
+    core = make_core(rules=rules)
+    hot_a, hot_b, cool = ev.ref("a"), ev.ref("b"), ev.ref("c")
+    setup(
+        core,
+        ev.WorkerSpec("old", slots=3, held=[ev.Held(hot_a), ev.Held(hot_b), ev.Held(cool)]),
+        ev.WorkerSpec("new", started_at=T0 - 10),
+        versions=(hot_a, hot_b, cool, V1),
+    )
+    core.apply(ev.heat(hot_a, 50, T0), T0)
+    core.apply(ev.heat(hot_b, 20, T0), T0)
+    core.apply(ev.heat(cool, 1, T0), T0)
+    res = core.round(T0 + 1)
+    warm = sorted(k for k in kinds(res) if k[0] == "load_warm")
+    assert warm == [("load_warm", "new", hot_a.version_id), ("load_warm", "new", hot_b.version_id)]
+    assert {
+        i.pending.spec.source for i in res.issued if i.pending.spec.kind.value == "load_warm"
+    } == {"rule:join_prewarm"}
+    for i in res.issued:
+        core.apply(ev.answer(build_command(i, "cm/test"), T0 + 2), T0 + 2)
+    assert core.state.workers["new"].tier_of(hot_a.version_id) in (Tier.WARM, Tier.HOT)
+    assert not [k for k in kinds(core.round(T0 + 3)) if k[0] == "load_warm"]
+    # after the window the rule leaves a worker to the policy
+    late = make_core(rules=rules)
+    setup(late, ev.WorkerSpec("new", started_at=T0 - 400), versions=(hot_a,))
+    late.apply(ev.heat(hot_a, 50, T0), T0)
+    assert not [k for k in kinds(late.round(T0 + 1)) if k[0] == "load_warm"]
