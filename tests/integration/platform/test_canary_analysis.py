@@ -187,11 +187,15 @@ class Traffic:
     stub: inference_pb2_grpc.InferenceStub
     key: str
     adapter: str
+    lanes: int = CONCURRENCY
+    timeout_s: float = 60.0
     served: Counter[str] = field(default_factory=Counter)
     """Version that answered → requests."""
     answers: list[tuple[float, str]] = field(default_factory=list)
     """(monotonic time the request was sent, version that answered), in completion order."""
     failures: list[str] = field(default_factory=list)
+    failed_at: list[float] = field(default_factory=list)
+    """Monotonic time each failed request was sent (``failures``' order)."""
     degraded: int = 0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -201,9 +205,11 @@ class Traffic:
         sent = time.monotonic()
         try:
             msgs = [m async for m in self.stub.Generate(
-                req, metadata=(("authorization", f"Bearer {self.key}"),), timeout=60)]
+                req, metadata=(("authorization", f"Bearer {self.key}"),),
+                timeout=self.timeout_s)]
         except grpc.aio.AioRpcError as err:
             self.failures.append(f"{err.code().name}: {err.details()}")
+            self.failed_at.append(sent)
             return
         r = msgs[0].resolved
         if r.degraded_to_base:
@@ -218,18 +224,18 @@ class Traffic:
             nonlocal i
             while not self._stop.is_set():
                 i += 1
-                await self._one(i * CONCURRENCY + lane_id)
+                await self._one(i * self.lanes + lane_id)
 
-        await asyncio.gather(*(lane(n) for n in range(CONCURRENCY)))
+        await asyncio.gather(*(lane(n) for n in range(self.lanes)))
 
     def stop(self) -> None:
         self._stop.set()
 
 
 @contextlib.asynccontextmanager
-async def traffic(c: Canaries, adapter: str) -> AsyncIterator[Traffic]:
+async def traffic(c: Canaries, adapter: str, **kw: Any) -> AsyncIterator[Traffic]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
-        t = Traffic(inference_pb2_grpc.InferenceStub(ch), c.key, adapter)
+        t = Traffic(inference_pb2_grpc.InferenceStub(ch), c.key, adapter, **kw)
         task = asyncio.create_task(t.run())
         try:
             yield t
@@ -341,7 +347,7 @@ async def test_a_healthy_canary_is_promoted_through_every_stage_across_a_leader_
                     "canary test")
 
         async def first_step() -> bool:
-            return bool(await c.automated_steps(name))
+            return any(f["action"] == "advance" for _, f in await c.automated_steps(name))
 
         await eventually(first_step, timeout_s=120, every_s=0.25)
         c.manager.kill()  # mid-analysis: the 50 % stage has just started
@@ -358,10 +364,13 @@ async def test_a_healthy_canary_is_promoted_through_every_stage_across_a_leader_
         decided_s = time.monotonic() - t0
     assert row["canary_version"] is None
     steps = await c.automated_steps(name)
+    # cleared for tenant traffic once its golden set passed, then the stages
     assert [(a, f["action"], f["from_percent"], f["to_percent"]) for a, f in steps] == [
+        ("release.canary_clear", "clear", 10, 10),
         ("release.canary", "advance", 10, 50), ("release.canary", "advance", 50, 100),
         ("release.promote", "promote", 100, 100)]
-    for _, fig in steps:
+    assert steps[0][1]["reason"] == "golden_set_passed", steps[0]
+    for _, fig in steps[1:]:
         assert fig["canary"]["requests"] >= ANALYSIS["min_requests"]
         assert fig["canary"]["errors"] == 0 and fig["stage_age_s"] >= ANALYSIS["dwell_s"]
     print(f"[measure] (a) healthy: share set → promoted {decided_s:.1f}s through "
@@ -481,6 +490,8 @@ async def test_c_canary_answering_against_its_golden_set_is_aborted_after_load(
           f"({fig['canary']['golden_ok']} passed), {len(t.failures)} request failures; "
           f"stable served {t.served[v1]} ({t.degraded} degraded)")
     assert late == [], late
+    # never cleared for tenant traffic (its golden set failed): no user got a wrong answer
+    assert t.served[v2] == 0, t.served
     assert t.failures == [] and t.degraded == 0
     assert t.served[v1] > 0 and any(ts > aborted_at and v == v1 for ts, v in t.answers)
 
@@ -489,3 +500,4 @@ async def test_c_canary_answering_against_its_golden_set_is_aborted_after_load(
         return all(tier != common_pb2.TIER_HOT for _, tier in hot)
 
     await eventually(demoted, timeout_s=30, every_s=0.5)
+
