@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _ends_within(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def _end_holder(comp: Listener) -> None:
     pid = comp.holder_pid()
     if pid is not None:
@@ -120,8 +130,11 @@ def test_kill_waits_for_a_socket_that_outlives_the_pid(settings: StackSettings) 
         assert holder is not None and _alive(holder)  # serves the port past the group kill
         comp.kill()
         assert comp.pid() is None
-        # it returned once the holder was gone, not when the pid stopped counting
-        assert not port_in_use(comp.port) and not _alive(holder)
+        # it returned once the holder's socket was closed, not when the pid stopped counting
+        assert not port_in_use(comp.port)
+        # and that was the holder ending: it closes its files before the kernel marks it a
+        # zombie, so a look at its state in between still sees it running; wait for it
+        assert _ends_within(holder, 5.0)
     finally:
         _end_holder(comp)
         comp.stop()
