@@ -27,7 +27,8 @@ p50 / p99 figures and ratios are printed (``[measure]``, run with ``-s``) and wr
 request's time went (a recording engine: before the engine, its queue, prefill, decode,
 after it) and the load average. ``LORAPLANE_ISOLATION_BASELINE=1`` runs with the flow's
 background cap beside interactive requests and background streaming in chunks off
-(``isolation-baseline.json``), for figures side by side.
+(``isolation-baseline.json``), for figures side by side; ``LORAPLANE_ISOLATION_FLOW`` (JSON)
+sets other flow fields for an experiment (e.g. ``{"platinum_cap_max_hold_s": 0}``).
 
 4. **hold window, before / after** (``LORAPLANE_ISOLATION_HOLD_COMPARE=1``, which ``make
    bench-isolation`` sets; skipped otherwise): the noisy neighbour measured again on the
@@ -208,7 +209,8 @@ async def iso(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
             gateway_settings(stack, cp, demo, instance_id=f"gw-iso-{unique}",
                              flow=FlowConfig(age_step_s=AGE_STEP_S, **(
                                  {"background_slots_with_interactive": 0} if baseline
-                                 else {}))),
+                                 else {}), **json.loads(
+                                     os.environ.get("LORAPLANE_ISOLATION_FLOW") or "{}"))),
             registry=CollectorRegistry(), serve_metrics=False,
         )
         await gateway.start()
