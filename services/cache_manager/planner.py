@@ -453,7 +453,7 @@ class Planner:
                 (rec.engine_id, ranks.hot_key(vid)) for vid in w.hot()
                 if (rec := state.versions.get(vid)) is not None and rec.engine_id
             ))
-            if self._hot_orders.get(wid) != order:
+            if self._hot_orders.get(wid, ()) != order:  # an empty HOT set needs no order
                 out[wid] = order
         return out
 

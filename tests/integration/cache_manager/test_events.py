@@ -79,7 +79,11 @@ async def test_worker_restart_is_reconciled(
     m = managers.start()
     await m.wait_planning()
     await asyncio.sleep(1.5)
-    assert bus.commands == [], [describe(c) for c in bus.commands]
+    # nothing to reconcile: no load and no eviction; the one command a steady worker gets
+    # is the HOT order of its versions for its request-path victim (d6b26be), which
+    # changes no placement
+    acts = [describe(c) for c in bus.commands if not is_cmd("hot_order")(c)]
+    assert acts == [], acts
 
     # The worker restarts: new incarnation, its engine is empty, b's files stayed WARM.
     w.started_at = time.time()
