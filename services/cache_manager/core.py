@@ -1,6 +1,6 @@
 """The decision core: state + command tracker + planner + decision log (pure, clock injected).
 
-The service (:mod:`loraplane.cache_manager.service`) feeds consumed events to
+The leader loop (:mod:`loraplane.cache_manager.leader`) feeds consumed events to
 :meth:`CacheCore.apply`, calls :meth:`CacheCore.round` on every tick or
 trigger, publishes the commands it returns and reports publish failures back
 with :meth:`CacheCore.publish_failed`. Everything here runs in memory, so the

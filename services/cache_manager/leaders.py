@@ -1,6 +1,6 @@
 """One process standing for several shards (:mod:`~loraplane.cache_manager.sharding`).
 
-:class:`ShardedCacheManager` runs one :class:`~loraplane.cache_manager.service.CacheManagerService`
+:class:`ShardedCacheManager` runs one :class:`~loraplane.cache_manager.leader.CacheManagerService`
 per shard the process may lead, each with its own leader lock, consumers and decision core,
 so it leads every shard whose lock it wins and stands by for the others. With ``*`` the
 shards are the registry's base models, read again every ``leader_poll_s`` (a new base model
@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from loraplane.cache_manager import store
 from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.rules import RulesConfig
-from loraplane.cache_manager.service import CacheManagerService, _holder
+from loraplane.cache_manager.leader import CacheManagerService, _holder
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.policy.config import PolicyConfig
 from loraplane.shared.db import connect

@@ -1,6 +1,6 @@
 """The gateway process: views, consumers, bootstrap, the gRPC and HTTP servers, metrics.
 
-:func:`build_gateway` wires the request path (:class:`~.service.Gateway`) from
+:func:`build_gateway` wires the request path (:class:`~.request_path.Gateway`) from
 settings; :class:`GatewayApp` runs everything in one asyncio loop::
 
     app = GatewayApp(settings)
@@ -41,7 +41,7 @@ from loraplane.gateway.liveness import WorkerProber
 from loraplane.gateway.metrics import GatewayMetrics
 from loraplane.gateway.placement import LocalLoad, PlacementView
 from loraplane.gateway.quotas import Quota, QuotaBook, TenantPolicies
-from loraplane.gateway.service import Gateway, Limits
+from loraplane.gateway.request_path import Gateway, Limits
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.gateway.workers import WorkerPool
 from loraplane.shared import topics

@@ -27,7 +27,7 @@ import grpc
 from loraplane.gateway.budget import TIER_NAMES
 from loraplane.gateway.models import served_base_models
 from loraplane.gateway.names import route_base_model_name
-from loraplane.gateway.service import Gateway
+from loraplane.gateway.request_path import Gateway
 from loraplane.shared.grpcutil import GrpcServer, Service, bearer_token, build_server
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
 
@@ -56,7 +56,7 @@ def resolution_metadata(resolved: inference_pb2.ResolvedAdapter) -> tuple[tuple[
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
-    """``Inference`` over a :class:`~loraplane.gateway.service.Gateway`."""
+    """``Inference`` over a :class:`~loraplane.gateway.request_path.Gateway`."""
 
     def __init__(self, gateway: Gateway) -> None:
         """Serve through ``gateway``."""

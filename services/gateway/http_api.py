@@ -64,7 +64,7 @@ from loraplane.gateway.openai_fields import (
     completion_logprobs,
     to_generate_request,
 )
-from loraplane.gateway.service import Gateway, Limits, new_request_id, validate_params
+from loraplane.gateway.request_path import Gateway, Limits, new_request_id, validate_params
 from loraplane.shared.errors import InvalidArgument, LoraplaneError
 from loraplane.shared.grpcutil import bearer_token
 from loraplane.v1 import common_pb2, inference_pb2

@@ -155,7 +155,7 @@ class GatewayMetrics(PerRegistry):
         catalog = self.views.catalog
         if catalog is None:
             return None
-        from loraplane.gateway.service import BASE_LABEL
+        from loraplane.gateway.request_path import BASE_LABEL
 
         def live(tenant: str, adapter: str, version: str) -> bool:
             if adapter == BASE_LABEL:

@@ -3,7 +3,7 @@
 Every operation is a function over one connection, in the module of its domain:
 :mod:`~loraplane.registry.tenants`, :mod:`~loraplane.registry.keys`,
 :mod:`~loraplane.registry.shares`, :mod:`~loraplane.registry.quotas`,
-:mod:`~loraplane.registry.versions`, the releases in :mod:`~loraplane.registry.service`,
+:mod:`~loraplane.registry.versions`, :mod:`~loraplane.registry.releases`,
 the admission verdicts in :mod:`~loraplane.registry.admissions`.
 
 Each function runs inside the caller's transaction (``async with transaction(pool) as

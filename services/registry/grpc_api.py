@@ -1,7 +1,7 @@
 """gRPC servicer of ``loraplane.v1.RegistryAdmin``: one transaction per call.
 
 Authentication happens in the interceptor (:mod:`loraplane.registry.auth`); errors
-raised by the service layer are mapped to status codes by
+raised by the domain modules are mapped to status codes by
 :class:`loraplane.shared.grpcutil.ServiceInterceptor`.
 """
 
@@ -14,7 +14,7 @@ from typing import TypeVar
 import asyncpg
 import grpc
 
-from loraplane.registry import audit, keys, quotas, service, shares, tenants, versions
+from loraplane.registry import audit, keys, quotas, releases, shares, tenants, versions
 from loraplane.registry.auth import actor_of
 from loraplane.registry.context import Ctx
 from loraplane.registry.metrics import RegistryMetrics
@@ -228,7 +228,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.PromoteRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.PromoteResponse:
         ctx = self._ctx(context)
-        release = await self._tx(lambda c: service.promote(
+        release = await self._tx(lambda c: releases.promote(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version, reason=request.reason))
         self._changed("release.promote", release.tenant_id, release.base_model)
@@ -238,7 +238,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.SetCanaryRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.SetCanaryResponse:
         ctx = self._ctx(context)
-        release = await self._tx(lambda c: service.set_canary(
+        release = await self._tx(lambda c: releases.set_canary(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version, percent=request.percent, reason=request.reason))
         self._changed("release.canary", release.tenant_id, release.base_model)
@@ -248,7 +248,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.PauseCanaryRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.PauseCanaryResponse:
         ctx = self._ctx(context)
-        release = await self._tx(lambda c: service.pause_canary(
+        release = await self._tx(lambda c: releases.pause_canary(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             paused=request.paused, reason=request.reason))
         return registry_pb2.PauseCanaryResponse(release=release)
@@ -257,7 +257,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.RollbackRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RollbackResponse:
         ctx = self._ctx(context)
-        release = await self._tx(lambda c: service.rollback(
+        release = await self._tx(lambda c: releases.rollback(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             to_version=request.to_version, reason=request.reason, withdraw=request.withdraw))
         self._changed("release.rollback", release.tenant_id, release.base_model)
@@ -267,7 +267,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.ClearCanaryRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ClearCanaryResponse:
         ctx = self._ctx(context)
-        release = await self._tx(lambda c: service.clear_canary(
+        release = await self._tx(lambda c: releases.clear_canary(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version, reason=request.reason))
         self._changed("release.canary_clear", release.tenant_id, release.base_model)
@@ -277,7 +277,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.WithdrawVersionRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.WithdrawVersionResponse:
         ctx = self._ctx(context)
-        version = await self._tx(lambda c: service.withdraw_version(
+        version = await self._tx(lambda c: releases.withdraw_version(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version, reason=request.reason))
         self._changed("version.withdraw", version.tenant_id, version.base_model)
@@ -287,7 +287,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         self, request: registry_pb2.RetireRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RetireResponse:
         ctx = self._ctx(context)
-        version = await self._tx(lambda c: service.retire(
+        version = await self._tx(lambda c: releases.retire(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version, reason=request.reason))
         self._changed("version.retire", version.tenant_id, version.base_model)
@@ -296,7 +296,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def GetRelease(
         self, request: registry_pb2.GetReleaseRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.GetReleaseResponse:
-        release = await self._read(lambda c: service.get_release(
+        release = await self._read(lambda c: releases.get_release(
             c, tenant_id=request.tenant_id, adapter_name=request.adapter_name))
         return registry_pb2.GetReleaseResponse(release=release)
 

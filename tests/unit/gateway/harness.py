@@ -14,7 +14,7 @@ from loraplane.gateway.auth import key_hash
 from loraplane.gateway.budget import BudgetConfig
 from loraplane.gateway.grpc_api import build_grpc_server
 from loraplane.gateway.metrics import GatewayMetrics
-from loraplane.gateway.service import Gateway
+from loraplane.gateway.request_path import Gateway
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.shared.grpcutil import GrpcServer
 from loraplane.v1 import inference_pb2_grpc

@@ -26,7 +26,7 @@ _RUN = r"""
 import csv, hashlib, io, json, sys
 from pathlib import Path
 from loraplane import native
-from loraplane.cache_manager import service  # the cache manager's import of the policy
+from loraplane.cache_manager import leader  # the cache manager's import of the policy
 from loraplane.policy import adaptive, heat, ranking
 from loraplane.policy.config import load_config
 from loraplane.sim.cost import CostModel

@@ -46,8 +46,6 @@ from loraplane.shared.errors import FailedPrecondition, NotFound
 from loraplane.shared.topics import new_meta
 from loraplane.v1 import events_pb2, registry_pb2
 
-# =========================================================================== releases
-
 
 @dataclass
 class _Release:

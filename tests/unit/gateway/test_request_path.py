@@ -399,7 +399,7 @@ async def test_completions_become_heat_batches() -> None:
 def test_request_ids_are_random_uuid4_hex() -> None:
     import uuid
 
-    from loraplane.gateway.service import new_request_id
+    from loraplane.gateway.request_path import new_request_id
 
     ids = {new_request_id() for _ in range(2000)}
     assert len(ids) == 2000

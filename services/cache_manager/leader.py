@@ -1,4 +1,4 @@
-"""The cache-manager process: leader election, consumption, planning rounds, commands.
+"""One cache-manager leader (the deployment's or one shard's): election, consumption, rounds.
 
 Life of an instance (:meth:`CacheManagerService.run`):
 
