@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import asyncpg
 import grpc
@@ -23,6 +23,16 @@ from loraplane.shared.topics import Clock, utc_now
 from loraplane.v1 import registry_pb2, registry_pb2_grpc
 
 T = TypeVar("T")
+
+
+class _Owned(Protocol):
+    """A changed record: it names its tenant (a version or a release also its base model)."""
+
+    @property
+    def tenant_id(self) -> str: ...
+
+
+O = TypeVar("O", bound=_Owned)
 
 
 class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
@@ -55,9 +65,25 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
         return Ctx(actor=actor, producer=self.producer, clock=self.clock,
                    topic_prefix=self.topic_prefix, canary_clearance=self.canary_clearance)
 
-    async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    async def _write(
+        self, context: grpc.aio.ServicerContext,
+        op: Callable[[asyncpg.Connection, Ctx], Awaitable[T]],
+    ) -> T:
+        """``op`` in one transaction, acting as the caller (a write counts its change itself
+        when the count depends on the outcome: :meth:`_change` otherwise)."""
+        ctx = self._ctx(context)
         async with transaction(self.pool) as conn:
-            return await fn(conn)
+            return await op(conn, ctx)
+
+    async def _change(
+        self, context: grpc.aio.ServicerContext, action: str,
+        op: Callable[[asyncpg.Connection, Ctx], Awaitable[O]],
+    ) -> O:
+        """:meth:`_write`, then one change counted under ``action`` with the changed
+        record's tenant and base model (none for a tenant or a key) once committed."""
+        done = await self._write(context, op)
+        self._changed(action, done.tenant_id, getattr(done, "base_model", ""))
+        return done
 
     async def _read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         async with transaction(self.pool, readonly=True) as conn:
@@ -71,11 +97,9 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def CreateTenant(
         self, request: registry_pb2.CreateTenantRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.CreateTenantResponse:
-        ctx = self._ctx(context)
-        tenant = await self._tx(lambda c: tenants.create_tenant(
+        tenant = await self._change(context, "tenant.create", lambda c, ctx: tenants.create_tenant(
             c, ctx, tenant_id=request.tenant_id, display_name=request.display_name,
             default_priority=request.default_priority))
-        self._changed("tenant.create", tenant.tenant_id)
         return registry_pb2.CreateTenantResponse(tenant=tenant)
 
     async def GetTenant(
@@ -94,17 +118,15 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def SetTenantPriority(
         self, request: registry_pb2.SetTenantPriorityRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.SetTenantPriorityResponse:
-        ctx = self._ctx(context)
-        tenant = await self._tx(lambda c: tenants.set_tenant_priority(
-            c, ctx, tenant_id=request.tenant_id, priority=request.priority))
-        self._changed("tenant.set_priority", tenant.tenant_id)
+        tenant = await self._change(context, "tenant.set_priority",
+            lambda c, ctx: tenants.set_tenant_priority(
+                c, ctx, tenant_id=request.tenant_id, priority=request.priority))
         return registry_pb2.SetTenantPriorityResponse(tenant=tenant)
 
     async def SetTenantQuota(
         self, request: registry_pb2.SetTenantQuotaRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.SetTenantQuotaResponse:
-        ctx = self._ctx(context)
-        quota = await self._tx(lambda c: quotas.set_tenant_quota(
+        quota = await self._write(context, lambda c, ctx: quotas.set_tenant_quota(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             max_in_flight=request.max_in_flight, tokens_per_s=request.tokens_per_s,
             clear=request.clear))
@@ -123,8 +145,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def CreateApiKey(
         self, request: registry_pb2.CreateApiKeyRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.CreateApiKeyResponse:
-        ctx = self._ctx(context)
-        info, secret = await self._tx(lambda c: keys.create_api_key(
+        info, secret = await self._write(context, lambda c, ctx: keys.create_api_key(
             c, ctx, tenant_id=request.tenant_id, description=request.description))
         self._changed("apikey.create", info.tenant_id)
         return registry_pb2.CreateApiKeyResponse(key=info, secret=secret)
@@ -132,10 +153,8 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def RevokeApiKey(
         self, request: registry_pb2.RevokeApiKeyRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RevokeApiKeyResponse:
-        ctx = self._ctx(context)
-        info = await self._tx(lambda c: keys.revoke_api_key(
+        info = await self._change(context, "apikey.revoke", lambda c, ctx: keys.revoke_api_key(
             c, ctx, tenant_id=request.tenant_id, key_id=request.key_id))
-        self._changed("apikey.revoke", info.tenant_id)
         return registry_pb2.RevokeApiKeyResponse(key=info)
 
     async def ListApiKeys(
@@ -150,8 +169,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def ShareAdapter(
         self, request: registry_pb2.ShareAdapterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ShareAdapterResponse:
-        ctx = self._ctx(context)
-        changed, grantees = await self._tx(lambda c: shares.share_adapter(
+        changed, grantees = await self._write(context, lambda c, ctx: shares.share_adapter(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             grantee_tenant_id=request.grantee_tenant_id))
         if changed:
@@ -161,8 +179,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def UnshareAdapter(
         self, request: registry_pb2.UnshareAdapterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.UnshareAdapterResponse:
-        ctx = self._ctx(context)
-        changed, grantees = await self._tx(lambda c: shares.unshare_adapter(
+        changed, grantees = await self._write(context, lambda c, ctx: shares.unshare_adapter(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             grantee_tenant_id=request.grantee_tenant_id))
         if changed:
@@ -197,8 +214,7 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def RegisterVersion(
         self, request: registry_pb2.RegisterVersionRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RegisterVersionResponse:
-        ctx = self._ctx(context)
-        stored, created = await self._tx(lambda c: versions.register_version(
+        stored, created = await self._write(context, lambda c, ctx: versions.register_version(
             c, ctx, record=request.version, bucket=self.bucket))
         if created:
             self.metrics.registrations.labels(stored.tenant_id, stored.base_model).inc()
@@ -227,28 +243,23 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def Promote(
         self, request: registry_pb2.PromoteRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.PromoteResponse:
-        ctx = self._ctx(context)
-        release = await self._tx(lambda c: releases.promote(
+        release = await self._change(context, "release.promote", lambda c, ctx: releases.promote(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version, reason=request.reason))
-        self._changed("release.promote", release.tenant_id, release.base_model)
         return registry_pb2.PromoteResponse(release=release)
 
     async def SetCanary(
         self, request: registry_pb2.SetCanaryRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.SetCanaryResponse:
-        ctx = self._ctx(context)
-        release = await self._tx(lambda c: releases.set_canary(
+        release = await self._change(context, "release.canary", lambda c, ctx: releases.set_canary(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version, percent=request.percent, reason=request.reason))
-        self._changed("release.canary", release.tenant_id, release.base_model)
         return registry_pb2.SetCanaryResponse(release=release)
 
     async def PauseCanary(
         self, request: registry_pb2.PauseCanaryRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.PauseCanaryResponse:
-        ctx = self._ctx(context)
-        release = await self._tx(lambda c: releases.pause_canary(
+        release = await self._write(context, lambda c, ctx: releases.pause_canary(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             paused=request.paused, reason=request.reason))
         return registry_pb2.PauseCanaryResponse(release=release)
@@ -256,41 +267,35 @@ class RegistryAdminServicer(registry_pb2_grpc.RegistryAdminServicer):
     async def Rollback(
         self, request: registry_pb2.RollbackRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RollbackResponse:
-        ctx = self._ctx(context)
-        release = await self._tx(lambda c: releases.rollback(
+        release = await self._change(context, "release.rollback", lambda c, ctx: releases.rollback(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             to_version=request.to_version, reason=request.reason, withdraw=request.withdraw))
-        self._changed("release.rollback", release.tenant_id, release.base_model)
         return registry_pb2.RollbackResponse(release=release)
 
     async def ClearCanary(
         self, request: registry_pb2.ClearCanaryRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.ClearCanaryResponse:
-        ctx = self._ctx(context)
-        release = await self._tx(lambda c: releases.clear_canary(
-            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
-            version=request.version, reason=request.reason))
-        self._changed("release.canary_clear", release.tenant_id, release.base_model)
+        release = await self._change(context, "release.canary_clear",
+            lambda c, ctx: releases.clear_canary(
+                c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+                version=request.version, reason=request.reason))
         return registry_pb2.ClearCanaryResponse(release=release)
 
     async def WithdrawVersion(
         self, request: registry_pb2.WithdrawVersionRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.WithdrawVersionResponse:
-        ctx = self._ctx(context)
-        version = await self._tx(lambda c: releases.withdraw_version(
-            c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
-            version=request.version, reason=request.reason))
-        self._changed("version.withdraw", version.tenant_id, version.base_model)
+        version = await self._change(context, "version.withdraw",
+            lambda c, ctx: releases.withdraw_version(
+                c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
+                version=request.version, reason=request.reason))
         return registry_pb2.WithdrawVersionResponse(version=version)
 
     async def Retire(
         self, request: registry_pb2.RetireRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RetireResponse:
-        ctx = self._ctx(context)
-        version = await self._tx(lambda c: releases.retire(
+        version = await self._change(context, "version.retire", lambda c, ctx: releases.retire(
             c, ctx, tenant_id=request.tenant_id, adapter_name=request.adapter_name,
             version=request.version, reason=request.reason))
-        self._changed("version.retire", version.tenant_id, version.base_model)
         return registry_pb2.RetireResponse(version=version)
 
     async def GetRelease(
