@@ -22,6 +22,7 @@ from loraplane.registry.settings import RegistrySettings
 from loraplane.shared.migrations import migrate_up
 from loraplane.shared.outbox import PublishedRow
 from loraplane.stack.stack import Stack
+from loraplane.v1 import registry_pb2 as R
 from loraplane.v1 import registry_pb2_grpc
 from tests.support.registry import Registry, registry_settings
 
@@ -64,7 +65,7 @@ async def isolated_registry(stack: Stack, unique: str) -> AsyncIterator[Registry
     db = f"registry_{unique}"
     await admin.execute(f'CREATE DATABASE "{db}"')
     try:
-        dsn = stack.settings.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
+        dsn = stack.settings.dsn_for(db)
         await asyncio.to_thread(migrate_up, dsn)
         settings = registry_settings(stack, postgres_dsn=dsn,
                                      registry_topic_prefix=f"ri{unique}.")
@@ -73,3 +74,16 @@ async def isolated_registry(stack: Stack, unique: str) -> AsyncIterator[Registry
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+async def stable_v1(registry: Registry, unique: str) -> tuple[str, str]:
+    """A fresh tenant's adapter ``bot`` with v1, v2 and v3 admitted and v1 promoted (no
+    canary yet): ``(tenant id, adapter name)``."""
+    tid = await registry.tenant(unique)
+    name = "bot"
+    for v in ("v1", "v2", "v3"):
+        await registry.admitted(tid, name, v)
+    await registry.call("Promote", R.PromoteRequest(tenant_id=tid, adapter_name=name,
+                                                    version="v1"))
+    return tid, name

@@ -16,14 +16,9 @@ Code = grpc.StatusCode
 
 
 async def test_clear_canary_audited_kept_per_canary_refused_for_another_version(
-    registry: Registry, unique: str
+    registry: Registry, stable_v1: tuple[str, str]
 ) -> None:
-    tid = await registry.tenant(unique)
-    name = "bot"
-    for v in ("v1", "v2", "v3"):
-        await registry.admitted(tid, name, v)
-    await registry.call("Promote", R.PromoteRequest(tenant_id=tid, adapter_name=name,
-                                                    version="v1"))
+    tid, name = stable_v1
 
     def share(version: str, percent: int) -> R.SetCanaryRequest:
         return R.SetCanaryRequest(tenant_id=tid, adapter_name=name, version=version,

@@ -14,14 +14,9 @@ Code = grpc.StatusCode
 
 
 async def test_pause_resume_audited_refused_without_canary_reset_on_change(
-    registry: Registry, unique: str
+    registry: Registry, stable_v1: tuple[str, str]
 ) -> None:
-    tid = await registry.tenant(unique)
-    name = "bot"
-    for v in ("v1", "v2", "v3"):
-        await registry.admitted(tid, name, v)
-    await registry.call("Promote", R.PromoteRequest(tenant_id=tid, adapter_name=name,
-                                                    version="v1"))
+    tid, name = stable_v1
 
     def pause(paused: bool) -> R.PauseCanaryRequest:
         return R.PauseCanaryRequest(tenant_id=tid, adapter_name=name, paused=paused,
