@@ -21,7 +21,7 @@ One planning round (:meth:`Planner.plan`):
 4. **Guards.** Drop what is unsafe or not allowed now: a command for a key with
    one in flight or backing off (:class:`~loraplane.cache_manager.tracker.CommandTracker`),
    a load beyond a worker's slots, a pin that would leave no unpinned slot
-   (engine killer: every slot pinned), a rank above the engine's ``max_lora_rank``,
+   (engine killer: every slot pinned; counted in GPU slots, :func:`pin_slots`), a rank above the engine's ``max_lora_rank``,
    a base model the worker does not serve, a version without artifact, and a demotion
    or eviction of a protected version's last confirmed HOT replica (make before break:
    a move of an active canary or platinum version loads the new replica first; the
@@ -42,7 +42,7 @@ from types import MappingProxyType
 from loraplane.cache_manager import prewarm
 from loraplane.cache_manager.model import CommandKind, CommandSpec, Status, Tier, VersionRecord
 from loraplane.cache_manager.rules import RulesConfig
-from loraplane.cache_manager.state import State, WorkerView
+from loraplane.cache_manager.state import Capacity, State, WorkerView
 from loraplane.cache_manager.tracker import CommandTracker
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.cost import Bandwidths
@@ -133,6 +133,14 @@ class Projection:
 
 
 _LOADS = frozenset({CommandKind.LOAD_HOT, CommandKind.LOAD_WARM})
+
+
+def pin_slots(cap: Capacity) -> int:
+    """The slots pins are counted against: the engine's GPU slots (``max_loras``: vLLM pins
+    into a slot, and with every slot pinned the next adapter kills it) when the worker
+    reports them, which are fewer than its HOT (registered) slots at ``worker_hot_level``
+    ``registered``; else the HOT slots."""
+    return min(cap.slots, cap.gpu_slots) if cap.gpu_slots > 0 else cap.slots
 
 
 def _bm(versions: dict[str, VersionRecord], vid: str, view: WorkerView) -> str:
@@ -944,7 +952,7 @@ class Planner:
                 wants_pin = spec.kind is CommandKind.PIN or (
                     spec.kind is CommandKind.LOAD_HOT and spec.pin)
                 new_pin = wants_pin and not (slot is not None and slot.pinned)
-                if new_pin and pr.pinned_count(bm, versions) >= max_pins(cap.slots):
+                if new_pin and pr.pinned_count(bm, versions) >= max_pins(pin_slots(cap)):
                     if spec.kind is CommandKind.PIN:
                         drop(spec, "would leave no unpinned slot")
                         continue

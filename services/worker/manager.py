@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.cost import Bandwidths
@@ -206,12 +206,15 @@ class AdapterManager:
         slot_queue_depth: int = 64,
         slot_retry_after_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
+        hot_level: Literal["slots", "registered"] = "slots",
     ) -> None:
         """``zero_adapter``: the all-zero adapter that serves base-model requests.
 
         ``policy`` / ``bandwidths``: the cache policy's configuration, whose heat score and
         predicates rank request-path victims (:mod:`loraplane.policy.victims`).
         ``slot_queue_depth``: requests that may wait for a HOT slot at once.
+        ``hot_level``: the HOT level planned to (:attr:`hot_capacity`; the setting
+        ``worker_hot_level``).
         """
         self.engine = engine
         self.host = host
@@ -225,6 +228,7 @@ class AdapterManager:
         self.bandwidths = bandwidths or Bandwidths()
         self.slot_retry_after_s = slot_retry_after_s
         self.monotonic = monotonic
+        self.hot_level = hot_level
         self.placements: dict[int, Placement] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._room = asyncio.Lock()
@@ -267,10 +271,15 @@ class AdapterManager:
 
     @property
     def hot_capacity(self) -> int:
-        """Adapter versions that may be HOT at once: the engine's ``max_loras`` slots (the
-        cache manager plans with this number and pins at most one less), bounded by the
-        registrations left beside the zero adapter (``max_cpu_loras - 1``)."""
+        """Adapter versions that may be HOT (registered) at once; the cache manager plans with
+        this number. At ``hot_level`` ``slots``: the engine's ``max_loras`` GPU slots,
+        bounded by the registrations left beside the zero adapter (``max_cpu_loras - 1``);
+        at ``registered``: ``max_cpu_loras - 1``, beyond the slots (vLLM moves a registered
+        version into a slot per batch). Pins stay below ``max_loras`` either way
+        (:class:`~loraplane.worker.guard.SafeEngine`)."""
         limits = self.engine.limits
+        if self.hot_level == "registered":
+            return limits.max_cpu_loras - 1
         return min(limits.max_loras, limits.max_cpu_loras - 1)
 
     def hot_count(self) -> int:

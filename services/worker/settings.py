@@ -68,7 +68,16 @@ class WorkerSettings(CommonSettings):
     """Engine LoRA slots per batch (vLLM ``max_loras``); one always stays unpinned."""
     worker_max_cpu_loras: int = Field(default=5, ge=2)
     """Adapters registered in the engine at once (vLLM ``max_cpu_loras``), the all-zero
-    base adapter included; HOT capacity is ``min(max_loras, max_cpu_loras - 1)``."""
+    base adapter included; HOT capacity is ``min(max_loras, max_cpu_loras - 1)`` (see
+    :attr:`worker_hot_level`)."""
+    worker_hot_level: Literal["slots", "registered"] = "slots"
+    """Which of HOT's two levels the cache manager plans to. ``slots``: at most one HOT
+    version per GPU slot, ``min(max_loras, max_cpu_loras - 1)``, so every HOT version can
+    be in a slot at once. ``registered``: ``max_cpu_loras - 1`` HOT versions, more than the
+    ``max_loras`` GPU slots; vLLM moves a registered version into a slot for the batch
+    that needs it (its slot LRU, at host→GPU copy cost) and a request waits at the slot
+    gate while every slot is busy. Pins stay within the GPU slots (``max_loras - 1``) at
+    either level. ``registered`` needs ``max_cpu_loras - 1 > max_loras``."""
     worker_max_lora_rank: int = 16
     """Largest LoRA rank (vLLM ``max_lora_rank``; one of 1, 8, 16, 32, 64, 128, 256, 320, 512)."""
     worker_max_model_len: int = 512
@@ -120,6 +129,13 @@ class WorkerSettings(CommonSettings):
     def _cross_checks(self) -> WorkerSettings:
         if self.worker_max_cpu_loras < self.worker_max_loras:
             raise ValueError("worker_max_cpu_loras must be >= worker_max_loras")
+        if self.worker_hot_level == "registered" and \
+                self.worker_max_cpu_loras - 1 <= self.worker_max_loras:
+            raise ValueError(
+                f"worker_hot_level 'registered' plans HOT beyond the GPU slots, but "
+                f"worker_max_cpu_loras - 1 ({self.worker_max_cpu_loras - 1}: registrations "
+                f"beside the zero adapter) is not above worker_max_loras "
+                f"({self.worker_max_loras}); raise worker_max_cpu_loras or use 'slots'")
         return self
 
     @property

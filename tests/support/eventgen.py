@@ -116,6 +116,8 @@ class WorkerSpec:
     started_at: float = 1000.0
     base_models: tuple[str, ...] = (BM,)
     held: list[Held] = field(default_factory=list)
+    gpu_slots: int = 0
+    """The engine's GPU slots (``max_loras``); 0: not reported (every HOT slot is one)."""
 
 
 def snapshot(w: WorkerSpec, seq: int, t: float, *, ready: bool = True) -> events_pb2.WorkerReport:
@@ -128,7 +130,8 @@ def snapshot(w: WorkerSpec, seq: int, t: float, *, ready: bool = True) -> events
     s.started_at.FromDatetime(_ts(w.started_at))
     for bm in w.base_models:
         s.capacities.append(events_pb2.BaseModelCapacity(
-            base_model=bm, hot_slots_capacity=w.slots, max_lora_rank=w.max_rank))
+            base_model=bm, hot_slots_capacity=w.slots, max_lora_rank=w.max_rank,
+            gpu_slots=w.gpu_slots))
     for h in w.held:
         ap = events_pb2.AdapterPlacement(
             adapter=h.ref.proto(), engine_id=h.engine_id, tier=h.tier, pinned=h.pinned,

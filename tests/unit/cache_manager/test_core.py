@@ -224,6 +224,23 @@ def test_guards_capacity_pins_rank_base_model_artifact() -> None:
         assert why in notes, notes
 
 
+def test_pins_count_gpu_slots_on_a_worker_planning_hot_beyond_them() -> None:
+    """A worker at ``worker_hot_level`` ``registered`` reports 4 HOT (registered) slots and 2
+    GPU slots: a second pin would pin every GPU slot (vLLM dies on the next adapter), so it
+    is dropped; the load beyond the GPU slots is not (4 registered is its HOT capacity)."""
+    core = make_core(ScriptedPolicy(lambda s, n: [
+        act(ActionKind.PROMOTE, "w1", C), act(ActionKind.PIN, "w1", A)]))
+    setup(core, ev.WorkerSpec("w1", slots=4, gpu_slots=2,
+                              held=[ev.Held(A), ev.Held(B, pinned=True)]))
+    res = core.round(T0 + 1)
+    assert kinds(res) == [("load_hot", "w1", C.version_id)]
+    assert "would leave no unpinned slot" in " | ".join(res.round.notes)
+    # the same worker planning to its GPU slots only (no gpu_slots reported): 2 of 4 pinned
+    core = make_core(ScriptedPolicy(lambda s, n: [act(ActionKind.PIN, "w1", A)]))
+    setup(core, ev.WorkerSpec("w1", slots=4, held=[ev.Held(A), ev.Held(B, pinned=True)]))
+    assert kinds(core.round(T0 + 1)) == [("pin", "w1", A.version_id)]
+
+
 def test_worker_gone_its_versions_are_placed_elsewhere() -> None:
     core = make_core(rules=RulesConfig(), timeout_s=5)
     setup(core, ev.WorkerSpec("w1", held=[ev.Held(A)]), ev.WorkerSpec("w2"))
