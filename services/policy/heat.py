@@ -14,12 +14,14 @@ predicates (:mod:`loraplane.policy.predicates`):
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Mapping
-from dataclasses import dataclass
+from bisect import bisect_left, insort
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from ._lazyheap import LazyHeap
 from .adaptive import AdaptiveHeatOnline
 from .config import PolicyConfig
+from .cost import Bandwidths
 from .model import PRIORITIES, REQUEST_CLASSES, Tier
 from .online import OnlineContext
 from .placement import HostOption, host_key, stable_hash
@@ -35,8 +37,8 @@ from .predicates import (
     protection_of,
 )
 from .score import hot_terms, liveness, size_factor, warm_value
-from .snapshot import Snapshot, VersionMeta, WorkerState
-from .stats import GAP_SMOOTHING
+from .snapshot import EMPTY_STATS, Snapshot, VersionMeta, WorkerState
+from .stats import GAP_SMOOTHING, StatsView
 
 _NO_PROTECTION = 0
 _CANARY = 1
@@ -395,9 +397,156 @@ class _Target:
     slots_left: dict[str, int]
     hot: dict[str, Reason | None]
     """Target HOT versions; the reason is None for a version already HOT here."""
+    pending: dict[str, int]
+    """Per base model: versions HOT on the worker that are not (yet) in the target."""
     bytes_needed: int = 0
     load: float = 0.0
     pins: set[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Figures:
+    """What :meth:`HeatPolicy.plan` computes per version from its meta, statistics and the
+    clock (:meth:`HeatPolicy._figures`)."""
+
+    rate: float
+    heat: float
+    value: float
+    kind: Protection | None
+    demote: Reason | None
+
+
+class _HostIndex:
+    """The targets of one plan indexed for :meth:`HeatPolicy._pick_worker`, so that a replica
+    looks at a few workers, not all of them: where the version is resident, and the least
+    loaded of the others (per base model, by load, those with a slot free without displacing
+    anyone apart from those whose free slots are all still an incumbent's).
+
+    :func:`~loraplane.policy.placement.host_key` puts a worker where the version is HOT or
+    WARM first, then one with a free slot before one without, then the least loaded, then the
+    stable hash: so the best worker is among the eligible resident ones, else among the
+    eligible non-resident ones of the least load, those with a free slot if there is one.
+    A target's entry moves when an assignment changes its load or slots (:meth:`unfile`,
+    then :meth:`file`)."""
+
+    def __init__(self, targets: list[_Target]) -> None:
+        self.targets = targets
+        self._index = {id(t): i for i, t in enumerate(targets)}
+        self._resident: dict[str, list[int]] = {}
+        for i, t in enumerate(targets):
+            for v in t.worker.resident():
+                self._resident.setdefault(v, []).append(i)
+        self._by_load: dict[str, tuple[list[tuple[float, int]], list[tuple[float, int]]]] = {}
+        """Per base model: (load, target index) of the targets with a free slot, and of those
+        with slots left that are all an incumbent's, each sorted."""
+        self._filed: dict[tuple[int, str], tuple[int, tuple[float, int]]] = {}
+        for t in targets:
+            self.file(t)
+
+    def file(self, t: _Target) -> None:
+        """Enter ``t`` by its current load and slots."""
+        i = self._index[id(t)]
+        for bm in t.worker.hot_slots:
+            left = t.slots_left.get(bm, 0)
+            if left <= 0:
+                continue
+            which = 0 if left - t.pending.get(bm, 0) > 0 else 1
+            entry = (t.load, i)
+            insort(self._by_load.setdefault(bm, ([], []))[which], entry)
+            self._filed[(i, bm)] = (which, entry)
+
+    def unfile(self, t: _Target) -> None:
+        """Take ``t`` out (before an assignment changes it)."""
+        i = self._index[id(t)]
+        for bm in t.worker.hot_slots:
+            filed = self._filed.pop((i, bm), None)
+            if filed is not None:
+                entries = self._by_load[bm][filed[0]]
+                del entries[bisect_left(entries, filed[1])]
+
+    def candidates(self, vid: str, meta: VersionMeta) -> list[_Target]:
+        """Eligible targets among which the best for one more replica of ``vid`` is, in
+        target order."""
+        bm = meta.base_model
+        size = meta.size_bytes
+        targets = self.targets
+
+        def eligible(i: int) -> bool:
+            t = targets[i]
+            w = t.worker
+            return (bm in w.hot_slots and vid not in t.hot and t.slots_left.get(bm, 0) > 0
+                    and t.bytes_needed + size <= w.warm_bytes)
+
+        resident = self._resident.get(vid, [])
+        out = [i for i in resident if eligible(i)]
+        for entries in self._by_load.get(bm, ([], [])):
+            least: float | None = None
+            for load, i in entries:
+                if least is not None and load != least:
+                    break
+                if i in resident or not eligible(i):
+                    continue
+                out.append(i)
+                least = load
+            if least is not None:
+                break
+        return [targets[i] for i in sorted(out)]
+
+
+@dataclass(slots=True)
+class _Scores:
+    """Every version's figures for one plan (:meth:`HeatPolicy._scores`)."""
+
+    kind: Mapping[str, Protection | None]
+    rate: dict[str, float]
+    heat: dict[str, float]
+    value: dict[str, float]
+    demote: dict[str, Reason | None]
+    requested: list[str]
+    """Versions with statistics (sorted): the only ones with a rate above 0."""
+    prewarm: list[tuple[str, Reason]]
+    """:attr:`_VersionFacts.prewarm`."""
+    undemoted: list[str] = field(default_factory=list)
+    """Versions no demotion reason sends back to WARM (any order)."""
+
+
+class _VersionFacts:
+    """What a snapshot's versions alone decide in :meth:`HeatPolicy.plan`, computed once for
+    as long as the versions stay equal (the cache-manager's steady rounds): each version's
+    figures as if never requested (they do not depend on the clock), those of them that no
+    demotion sends back to WARM, and the prefetch candidates."""
+
+    def __init__(self, versions: Mapping[str, VersionMeta], bandwidths: Bandwidths,
+                 figures: Callable[[VersionMeta, StatsView, float, Bandwidths], _Figures]
+                 ) -> None:
+        self.versions = dict(versions)
+        self.bandwidths = bandwidths
+        self.rate: dict[str, float] = {}
+        self.heat: dict[str, float] = {}
+        self.value: dict[str, float] = {}
+        self.kind: dict[str, Protection | None] = {}
+        self.demote: dict[str, Reason | None] = {}
+        self.undemoted: list[str] = []
+        """Versions (sorted) no demotion reason sends back without statistics."""
+        self.prewarm: list[tuple[str, Reason]] = []
+        """Versions (sorted) to prefetch when no worker holds them: active canaries and
+        scheduled warm-ups, with the reason."""
+        for vid in sorted(versions):
+            meta = versions[vid]
+            f = figures(meta, EMPTY_STATS, 0.0, bandwidths)
+            self.rate[vid] = f.rate
+            self.heat[vid] = f.heat
+            self.value[vid] = f.value
+            self.kind[vid] = f.kind
+            self.demote[vid] = f.demote
+            if f.demote is None:
+                self.undemoted.append(vid)
+            if meta.superseded:
+                continue
+            if f.kind is Protection.CANARY:
+                self.prewarm.append((vid, Reason.CANARY_PREWARM))
+            elif meta.warmup > 0.0:
+                self.prewarm.append((vid, Reason.SCHEDULED_WARMUP))
 
 
 _stable_hash = stable_hash
@@ -410,6 +559,44 @@ class HeatPolicy:
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config or PolicyConfig()
+        self._facts: _VersionFacts | None = None
+        """What the last plan's versions alone decide (a cache, kept while they are equal)."""
+
+    def _scores(self, snapshot: Snapshot, now: float) -> _Scores:
+        """Every version's figures at ``now``. A version never requested (no statistics)
+        scores the same at every clock, so those come from the facts kept while the versions
+        stay equal (:class:`_VersionFacts`); only the requested ones are computed again."""
+        versions = snapshot.versions
+        stats = snapshot.stats
+        bw = snapshot.bandwidths
+        facts = self._facts
+        if facts is None or facts.bandwidths is not bw or versions != facts.versions:
+            facts = self._facts = _VersionFacts(versions, bw, self._figures)
+        out = _Scores(kind=facts.kind, rate=dict(facts.rate), heat=dict(facts.heat),
+                      value=dict(facts.value), demote=dict(facts.demote),
+                      requested=sorted(vid for vid in stats if vid in versions),
+                      prewarm=facts.prewarm)
+        for vid in out.requested:
+            f = self._figures(versions[vid], stats[vid], now, bw)
+            out.rate[vid] = f.rate
+            out.heat[vid] = f.heat
+            out.value[vid] = f.value
+            out.demote[vid] = f.demote
+        out.undemoted = [v for v in facts.undemoted if v not in stats]
+        out.undemoted += (v for v in out.requested if out.demote[v] is None)
+        return out
+
+    def _figures(self, meta: VersionMeta, st: StatsView, now: float, bw: Bandwidths) -> _Figures:
+        """One version's figures for :meth:`plan` (a pure function of its arguments)."""
+        cfg = self.config
+        sc = cfg.score
+        # replicas, the hottest set and load use the same discounted rate as the heat
+        rate = st.rate(now, sc.rate_window_s) * liveness(st.idle_s(now), st.mean_gap_s, sc)
+        if meta.superseded:
+            return _Figures(rate, -1.0, -1.0, None, Reason.SUPERSEDED)
+        return _Figures(rate, hot_terms(meta, st, now, sc, bw).heat,
+                        warm_value(meta, st, now, sc, bw), protection_of(meta, cfg),
+                        demotion_reason(meta, st, now, cfg))
 
     def online(self, ctx: OnlineContext) -> HeatOnline | AdaptiveHeatOnline:
         """Fresh online state for the simulator: the adaptive experts (``adaptive.py``) unless
@@ -430,44 +617,28 @@ class HeatPolicy:
         if problems:
             raise SnapshotError(problems)
         cfg = self.config
-        sc = cfg.score
-        bw = snapshot.bandwidths
         versions = snapshot.versions
-        ids = sorted(versions)
         ranks = snapshot.ranks
-
-        heat: dict[str, float] = {}
-        value: dict[str, float] = {}
-        rate: dict[str, float] = {}
-        demote: dict[str, Reason | None] = {}
-        kind: dict[str, Protection | None] = {}
-        for vid in ids:
-            meta = versions[vid]
-            st = snapshot.stats_of(vid)
-            # replicas, the hottest set and load use the same discounted rate as the heat
-            rate[vid] = st.rate(now, sc.rate_window_s) * liveness(
-                st.idle_s(now), st.mean_gap_s, sc
-            )
-            if meta.superseded:
-                heat[vid] = value[vid] = -1.0
-                kind[vid] = None
-                demote[vid] = Reason.SUPERSEDED
-                continue
-            heat[vid] = hot_terms(meta, st, now, sc, bw).heat
-            value[vid] = warm_value(meta, st, now, sc, bw)
-            kind[vid] = protection_of(meta, cfg)
-            demote[vid] = demotion_reason(meta, st, now, cfg)
+        sc = self._scores(snapshot, now)
+        kind, rate, heat, value, demote = sc.kind, sc.rate, sc.heat, sc.value, sc.demote
+        requested, undemoted = sc.requested, sc.undemoted
         # the HOT order: the adaptive experts' when the snapshot carries it (ranking.py: the
-        # code the simulator measures), else the plain heat score
-        keep = heat if ranks is None else {v: ranks.hot_key(v) for v in ids}
+        # code the simulator measures), else the plain heat score (every version the plan
+        # orders by it is an undemoted one)
+        keep = heat if ranks is None else {v: ranks.hot_key(v) for v in undemoted}
 
         targets = [
-            _Target(worker=w, slots_left=dict(w.hot_slots), hot={}) for w in snapshot.workers
+            _Target(worker=w, slots_left=dict(w.hot_slots), hot={}, pending={
+                bm: len(group) for bm, group in
+                by_base_model(w.hot, lambda v: versions[v].base_model).items()})
+            for w in snapshot.workers
         ]
         replicas: dict[str, int] = {}
 
         def assign(t: _Target, vid: str, reason: Reason | None) -> None:
             meta = versions[vid]
+            if vid in t.worker.hot:
+                t.pending[meta.base_model] -= 1
             t.hot[vid] = reason
             t.slots_left[meta.base_model] = t.slots_left.get(meta.base_model, 0) - 1
             t.bytes_needed += meta.size_bytes
@@ -509,19 +680,20 @@ class HeatPolicy:
         incumbent = {v for t in targets for v in t.worker.hot}
         hottest: set[str] = set()
         by_bm: dict[str, list[str]] = {}
-        for vid in ids:
-            if demote[vid] is None:
+        for vid in requested:  # a version with a rate has statistics
+            if demote[vid] is None and rate[vid] > 0:
                 by_bm.setdefault(versions[vid].base_model, []).append(vid)
         for members in by_bm.values():
             members.sort(key=lambda v: (-rate[v], v))
-            hottest.update(v for v in members[: cfg.placement.hottest_top_n] if rate[v] > 0)
+            hottest.update(members[: cfg.placement.hottest_top_n])
         # incumbents get the hysteresis bonus on the plain score; the adaptive order has its
         # own stability (shadow scores decide the leader) and none, as in the simulator
         bonus = 1.0 + cfg.placement.hysteresis if ranks is None else 1.0
         order = sorted(
-            (v for v in ids if demote[v] is None and versions[v].base_model in serving),
+            (v for v in undemoted if versions[v].base_model in serving),
             key=lambda v: (-(keep[v] * bonus if v in incumbent else keep[v]), v),
         )
+        hosts = _HostIndex(targets)
         for vid in order:
             meta = versions[vid]
             wanted, first_reason = self._wanted_replicas(
@@ -529,7 +701,7 @@ class HeatPolicy:
                 serving[meta.base_model],
             )
             for _ in range(wanted - replicas.get(vid, 0)):
-                chosen = self._pick_worker(targets, vid, meta, versions)
+                chosen = self._pick_worker(self._host_candidates(hosts, vid, meta), vid, meta)
                 if chosen is None:
                     break
                 if vid in chosen.worker.hot:
@@ -542,7 +714,9 @@ class HeatPolicy:
                     reason = Reason.MIN_REPLICAS
                 else:
                     reason = Reason.LOAD_SPREAD
+                hosts.unfile(chosen)
                 assign(chosen, vid, reason)
+                hosts.file(chosen)
 
         # 4. pins: protected target versions, within shares, never every slot
         for t in targets:
@@ -568,7 +742,7 @@ class HeatPolicy:
         for t in targets:
             actions.extend(self._hot_actions(t, versions, heat, demote, replicas))
             actions.extend(self._warm_actions(t, snapshot, targets, value, kind, now))
-        actions.extend(self._prewarm_actions(snapshot, targets, kind))
+        actions.extend(self._prewarm_actions(snapshot, targets, sc.prewarm))
         return Plan.of(actions)
 
     def _wanted_replicas(
@@ -597,12 +771,17 @@ class HeatPolicy:
         return min(wanted, pl.max_hot_replicas, n_serving), reason
 
     @staticmethod
-    def _pick_worker(
-        targets: list[_Target], vid: str, meta: VersionMeta, versions: Mapping[str, VersionMeta]
-    ) -> _Target | None:
-        """Best worker for one more HOT replica (:func:`loraplane.policy.placement.host_key`):
-        where it is HOT, then where a slot is free without displacing anyone, then where it is
-        WARM, then the least loaded."""
+    def _host_candidates(hosts: _HostIndex, vid: str, meta: VersionMeta) -> list[_Target]:
+        """The targets :meth:`_pick_worker` needs to look at for ``vid`` (the index's
+        :meth:`~_HostIndex.candidates`; a subclass may return every target, the definition)."""
+        return hosts.candidates(vid, meta)
+
+    @staticmethod
+    def _pick_worker(targets: Iterable[_Target], vid: str, meta: VersionMeta) -> _Target | None:
+        """Best worker among ``targets`` for one more HOT replica
+        (:func:`loraplane.policy.placement.host_key`): where it is HOT, then where a slot is
+        free without displacing anyone, then where it is WARM, then the least loaded; equal
+        keys: the first target."""
         best: tuple[tuple[bool, bool, bool, bool, float, int], _Target] | None = None
         for t in targets:
             w = t.worker
@@ -611,11 +790,11 @@ class HeatPolicy:
                 continue
             if t.bytes_needed + meta.size_bytes > w.warm_bytes:
                 continue
-            pending_incumbents = sum(
-                1 for v in w.hot if v not in t.hot and v != vid and versions[v].base_model == bm
-            )
+            hot_here = vid in w.hot
+            # versions HOT here not in the target yet, but this one (it is not in t.hot)
+            pending_incumbents = t.pending.get(bm, 0) - (1 if hot_here else 0)
             key = host_key(vid, HostOption(
-                worker_id=w.worker_id, hot_here=vid in w.hot,
+                worker_id=w.worker_id, hot_here=hot_here,
                 free_slots=t.slots_left[bm] - pending_incumbents,
                 resident=vid in w.resident(), load=t.load,
             ))
@@ -720,22 +899,19 @@ class HeatPolicy:
 
     @staticmethod
     def _prewarm_actions(
-        snapshot: Snapshot, targets: list[_Target], kind: Mapping[str, Protection | None]
+        snapshot: Snapshot, targets: list[_Target], prewarm: list[tuple[str, Reason]]
     ) -> list[Action]:
-        """Prefetch active canaries and scheduled warm-ups that no worker holds yet."""
+        """Prefetch active canaries and scheduled warm-ups that no worker holds yet
+        (``prewarm``: :attr:`_VersionFacts.prewarm`)."""
         out: list[Action] = []
+        if not prewarm:
+            return out
         placed = {v for t in targets for v in t.worker.resident()} | {
             v for t in targets for v in t.hot
         }
-        for vid in sorted(snapshot.versions):
+        for vid, reason in prewarm:
             meta = snapshot.versions[vid]
-            if vid in placed or meta.superseded:
-                continue
-            if kind[vid] is Protection.CANARY:
-                reason = Reason.CANARY_PREWARM
-            elif meta.warmup > 0.0:
-                reason = Reason.SCHEDULED_WARMUP
-            else:
+            if vid in placed:
                 continue
             best: tuple[tuple[float, int], _Target] | None = None
             for t in targets:
