@@ -40,9 +40,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from loraplane.cache_manager import prewarm
-from loraplane.cache_manager.model import CommandKind, CommandSpec, Status, Tier, VersionRecord
+from loraplane.cache_manager.model import (
+    CommandKind,
+    CommandSpec,
+    Pointers,
+    Status,
+    Tier,
+    VersionRecord,
+)
 from loraplane.cache_manager.rules import RulesConfig
-from loraplane.cache_manager.state import Capacity, State, WorkerView
+from loraplane.cache_manager.state import Boost, Capacity, State, WorkerView
 from loraplane.cache_manager.tracker import CommandTracker
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.cost import Bandwidths
@@ -241,6 +248,12 @@ class Planner:
         """Policy metadata per version, rebuilt only when its inputs change."""
         self._ranked: dict[str, tuple[VersionMeta, RankedVersion]] = {}
         """What the adaptive ranking knows of each version, per cached meta."""
+        self._meta_inputs: tuple[dict[str, VersionRecord], dict[str, Pointers],
+                                 dict[str, Boost]] | None = None
+        """Copies of what the last snapshot's metadata came from (versions, pointers, boosts):
+        while they are equal and no schedule is configured, the same metadata serve again."""
+        self._meta_dict: dict[str, VersionMeta] = {}
+        self._ranked_versions: tuple[RankedVersion, ...] = ()
         self._hot_orders: dict[str, HotOrder] = {}
         """The HOT order each worker was last sent (:meth:`hot_order_sent`)."""
 
@@ -283,32 +296,7 @@ class Planner:
         self, state: State, proj: dict[str, Projection], now: float
     ) -> Snapshot:
         """Freeze the projection for the policy (versions that must go are left out)."""
-        metas: dict[str, VersionMeta] = {}
-        staged, active = state.canaries()
-        cache = self._metas
-        fresh: dict[str, tuple[VersionRecord, bool, float, VersionMeta]] = {}
-        for vid, rec in state.versions.items():
-            if not rec.status.loadable:
-                continue
-            canary = vid in active
-            warmup = 1.0 if self.warmup_reason(state, rec, now, staged) is not None else 0.0
-            hit = cache.get(vid)
-            if hit is not None and hit[0] is rec and hit[1] == canary and hit[2] == warmup:
-                meta = hit[3]
-            else:
-                meta = VersionMeta(
-                    version_id=vid,
-                    tenant_id=rec.ref.tenant_id,
-                    base_model=rec.ref.base_model,
-                    priority=rec.priority,
-                    size_bytes=rec.size_bytes,
-                    rank=rec.rank or 16,
-                    canary=canary,
-                    warmup=warmup,
-                )
-            fresh[vid] = (rec, canary, warmup, meta)
-            metas[vid] = meta
-        self._metas = fresh
+        metas = self._version_metas(state, now)
         workers: list[WorkerState] = []
         for wid, pr in proj.items():
             view = pr.view
@@ -348,22 +336,14 @@ class Planner:
                 in_flight=MappingProxyType(in_flight),
                 loaded_at=MappingProxyType(loaded_at),
             ))
-        stats = {vid: state.stats[vid].view() for vid in metas if vid in state.stats}
+        stats = {vid: st.view() for vid, st in state.stats.items() if vid in metas}
         ranks = None
         ranking = state.ranking
         if ranking is not None:
-            # the adaptive experts over what the policy places (the simulator's code); the
-            # same RankedVersion while a version's meta is the cached one (a cheap check)
-            ranked = self._ranked
-            self._ranked = {}
-            for vid, m in metas.items():
-                hit_r = ranked.get(vid)
-                if hit_r is None or hit_r[0] is not m:
-                    hit_r = (m, RankedVersion(vid, m.size_bytes, state.versions[vid].ref.adapter_id,
-                                              m.tenant_id, m.base_model))
-                self._ranked[vid] = hit_r
             ranking.update(
-                (r for _, r in self._ranked.values()),
+                # the adaptive experts over what the policy places (the simulator's code); the
+                # same tuple while the metadata are the same ones (no comparison at all)
+                self._ranked_versions,
                 # full capacities (the snapshot's net of other versions' room would change
                 # the experts' universe, and rebuild them, whenever such a version moves)
                 (RankedWorker(wid, {bm: cap.slots for bm, cap in pr.view.capacities.items()},
@@ -372,6 +352,54 @@ class Planner:
             )
             ranks = ranking.ranks((w.worker_id, v) for w in workers for v in w.resident())
         return Snapshot.build(metas.values(), workers, stats, self.bandwidths, ranks=ranks)
+
+    def _version_metas(self, state: State, now: float) -> dict[str, VersionMeta]:
+        """The policy's metadata of every loadable version (a version's is rebuilt only when
+        its record, canary flag or warm-up signal changes; all of them serve again as they
+        are while versions, pointers and boosts are equal and no schedule is configured: the
+        warm-up signal of a schedule depends on the clock)."""
+        inputs = self._meta_inputs
+        if (not self.rules.schedules and inputs is not None and inputs[0] == state.versions
+                and inputs[1] == state.pointers and inputs[2] == state.boosts):
+            return self._meta_dict
+        metas: dict[str, VersionMeta] = {}
+        staged, active = state.canaries()
+        cache = self._metas
+        fresh: dict[str, tuple[VersionRecord, bool, float, VersionMeta]] = {}
+        for vid, rec in state.versions.items():
+            if not rec.status.loadable:
+                continue
+            canary = vid in active
+            warmup = 1.0 if self.warmup_reason(state, rec, now, staged) is not None else 0.0
+            hit = cache.get(vid)
+            if hit is not None and hit[0] is rec and hit[1] == canary and hit[2] == warmup:
+                meta = hit[3]
+            else:
+                meta = VersionMeta(
+                    version_id=vid,
+                    tenant_id=rec.ref.tenant_id,
+                    base_model=rec.ref.base_model,
+                    priority=rec.priority,
+                    size_bytes=rec.size_bytes,
+                    rank=rec.rank or 16,
+                    canary=canary,
+                    warmup=warmup,
+                )
+            fresh[vid] = (rec, canary, warmup, meta)
+            metas[vid] = meta
+        self._metas = fresh
+        ranked = self._ranked
+        self._ranked = {}
+        for vid, m in metas.items():
+            hit_r = ranked.get(vid)
+            if hit_r is None or hit_r[0] is not m:
+                hit_r = (m, RankedVersion(vid, m.size_bytes, state.versions[vid].ref.adapter_id,
+                                          m.tenant_id, m.base_model))
+            self._ranked[vid] = hit_r
+        self._ranked_versions = tuple(r for _, r in self._ranked.values())
+        self._meta_inputs = (dict(state.versions), dict(state.pointers), dict(state.boosts))
+        self._meta_dict = metas
+        return metas
 
     def heat_of(self, snapshot: Snapshot, vid: str, now: float) -> float:
         """HOT-ranking heat of a version in the snapshot (0 when not in it)."""
@@ -550,9 +578,8 @@ class Planner:
                 reqs[vid] = Requirement(vid, replicas, reason, target or
                                         (old.target_worker if old else ""))
 
-        for vid, rec in state.versions.items():
-            if state.is_staged_canary(rec):
-                want(vid, self.rules.canary.warm_replicas, Reason.CANARY_WARMUP)
+        for vid in state.canaries()[0]:  # want() keeps the loadable ones: is_staged_canary
+            want(vid, self.rules.canary.warm_replicas, Reason.CANARY_WARMUP)
         for vid, boost in state.boosts.items():
             if boost.until > now:
                 want(vid, boost.replicas, boost.reason, boost.target_worker)

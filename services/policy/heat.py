@@ -479,6 +479,11 @@ class _HostIndex:
 
         resident = self._resident.get(vid, [])
         out = [i for i in resident if eligible(i)]
+        for i in out:
+            t = targets[i]
+            if vid in t.worker.hot or t.slots_left[bm] - t.pending.get(bm, 0) > 0:
+                # HOT there, or a free slot where it is WARM: no other worker ranks before
+                return [targets[i] for i in out]
         for entries in self._by_load.get(bm, ([], [])):
             least: float | None = None
             for load, i in entries:
@@ -782,14 +787,17 @@ class HeatPolicy:
         (:func:`loraplane.policy.placement.host_key`): where it is HOT, then where a slot is
         free without displacing anyone, then where it is WARM, then the least loaded; equal
         keys: the first target."""
+        bm = meta.base_model
+        eligible = [
+            t for t in targets
+            if bm in t.worker.hot_slots and vid not in t.hot and t.slots_left.get(bm, 0) > 0
+            and t.bytes_needed + meta.size_bytes <= t.worker.warm_bytes
+        ]
+        if len(eligible) <= 1:
+            return eligible[0] if eligible else None
         best: tuple[tuple[bool, bool, bool, bool, float, int], _Target] | None = None
-        for t in targets:
+        for t in eligible:
             w = t.worker
-            bm = meta.base_model
-            if bm not in w.hot_slots or vid in t.hot or t.slots_left.get(bm, 0) <= 0:
-                continue
-            if t.bytes_needed + meta.size_bytes > w.warm_bytes:
-                continue
             hot_here = vid in w.hot
             # versions HOT here not in the target yet, but this one (it is not in t.hot)
             pending_incumbents = t.pending.get(bm, 0) - (1 if hot_here else 0)

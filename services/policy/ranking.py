@@ -114,6 +114,8 @@ class AdaptiveRanking:
         self._log: deque[_Request] = deque(maxlen=history)
         self._versions: tuple[RankedVersion, ...] = ()
         self._vmap: dict[str, RankedVersion] = {}
+        self._given: tuple[RankedVersion, ...] | None = None
+        """The versions tuple of the last :meth:`update` (its contents are :attr:`_vmap`)."""
         self._workers: tuple[tuple[str, tuple[tuple[str, int], ...], int], ...] = ()
         self._vindex: dict[str, int] = {}
         self._windex: dict[str, int] = {}
@@ -158,16 +160,21 @@ class AdaptiveRanking:
         evictions since the last update raise the reuse expert's inflation value. Pass the
         same :class:`RankedVersion` object while a version is unchanged (cheap check)."""
         # the usual round changes nothing: compare by identity first (a caller that keeps its
-        # RankedVersion objects while a version is unchanged makes this O(versions), no sort)
+        # RankedVersion objects while a version is unchanged makes this O(versions), no sort;
+        # one that passes the very tuple of the last call, nothing at all)
         known = self._vmap
-        fresh: dict[str, RankedVersion] = {}
-        same = True
-        for r in versions:
-            fresh[r.version_id] = r
-            if same:
-                old = known.get(r.version_id)
-                same = old is r or old == r
-        same = same and len(fresh) == len(known)
+        if isinstance(versions, tuple) and versions is self._given:
+            fresh, same = known, True
+        else:
+            fresh = {}
+            same = True
+            for r in versions:
+                fresh[r.version_id] = r
+                if same:
+                    old = known.get(r.version_id)
+                    same = old is r or old == r
+            same = same and len(fresh) == len(known)
+            self._given = versions if isinstance(versions, tuple) else None
         ws = tuple(sorted(workers, key=lambda r: r.worker_id))
         shape = tuple((w.worker_id, tuple(sorted(w.hot_slots.items())), w.warm_bytes) for w in ws)
         if not same or shape != self._workers:

@@ -303,6 +303,33 @@ def test_a_new_version_rebuilds_the_experts_from_the_kept_requests() -> None:
     assert a is not None and a == b
 
 
+def test_the_same_versions_tuple_again_keeps_the_experts_and_a_new_one_is_compared() -> None:
+    """A caller passing the very tuple of its last update is not compared at all; another
+    tuple is, so a changed universe still rebuilds (and one equal to it does not)."""
+    cfg = PolicyConfig()
+    universe = tuple(RankedVersion(f"t/a{k}@1", 10 * MB, f"t/a{k}", "t", "bm") for k in range(5))
+    workers = [RankedWorker(W, {"bm": 2}, HOST)]
+    ranking = AdaptiveRanking(cfg)
+    ranking.update(universe, workers)
+    for i in range(100):
+        ranking.observe(f"t/a{i % 5}@1", W, RequestClass.INTERACTIVE, Priority.SILVER, False,
+                        float(i))
+    experts = ranking._online
+    ranking.update(universe, workers)
+    ranking.update(tuple(universe), workers)  # tuple() of a tuple: the same object
+    ranking.update((*universe,), workers)  # an equal copy: compared, the same
+    assert ranking._online is experts  # not rebuilt
+    extra = RankedVersion("t/a9@1", 10 * MB, "t/a9", "t", "bm")
+    ranking.update((*universe, extra), workers)  # a new version: rebuilt, history replayed
+    assert ranking._online is not experts
+    fresh = AdaptiveRanking(cfg)
+    fresh.update((*universe, extra), workers)
+    for i in range(100):
+        fresh.observe(f"t/a{i % 5}@1", W, RequestClass.INTERACTIVE, Priority.SILVER, False,
+                      float(i))
+    assert ranking.ranks([]) == fresh.ranks([])
+
+
 def test_history_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="history must be >= 0"):
         AdaptiveRanking(PolicyConfig(), history=-1)
