@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -22,7 +23,7 @@ from loraplane.cache_manager.canary_analysis import (
     sum_figures,
     wilson_bounds,
 )
-from loraplane.cache_manager.rules import RulesConfigError, rules_from_mapping
+from loraplane.cache_manager.rules import RulesConfigError, load_rules, rules_from_mapping
 
 RULES = AnalysisRules(dwell_s=60, window_s=120, min_requests=20)
 T0 = 1_000_000.0
@@ -101,6 +102,33 @@ def test_rules_yaml_overrides_per_tenant_and_adapter_and_the_kill_switch() -> No
                                                               {"ttft_quantile": 3}}}})
     with pytest.raises(RulesConfigError, match="not 'tenant' or 'tenant/adapter'"):
         rules_from_mapping({"canary": {"analysis_overrides": {"a/b/c": {}}}})
+
+
+def test_a_rules_file_with_bad_analysis_is_refused_naming_every_problem(
+    tmp_path: Path,
+) -> None:
+    """The cache manager's rules file (``load_rules``, as ``main`` reads it): an unknown
+    stage, thresholds out of range and an unknown key are refused at once, each named by
+    its path in the file."""
+    path = tmp_path / "rules.yaml"
+    path.write_text("canary:\n"
+                    "  analysis:\n"
+                    "    stages: [10, 150]\n"
+                    "    confidence: 1.5\n"
+                    "    max_error_rate_excess: -0.1\n"
+                    "    stage: [10, 100]\n")
+    with pytest.raises(RulesConfigError) as err:
+        load_rules(path)
+    text = str(err.value)
+    for needle in ("canary.analysis.stages: Value error, stages [150] are outside [1, 100]",
+                   "canary.analysis.confidence: Input should be less than 1",
+                   "canary.analysis.max_error_rate_excess: Input should be greater than",
+                   "canary.analysis.stage: Extra inputs are not permitted"):
+        assert needle in text, text
+    path.write_text("canary:\n  analysis_overrides:\n    acme/code: {stages: [50, 10, 100]}\n")
+    with pytest.raises(RulesConfigError,
+                       match=r"analysis_overrides\.acme/code\.stages: .*not strictly increasing"):
+        load_rules(path)
 
 
 def test_next_stage_continues_a_share_set_by_hand() -> None:
