@@ -7,9 +7,13 @@ In process (pure decision core, no I/O):
 * ``round``: time of one planning round of one shard (projection + snapshot + heat policy +
   business rules + guards), the curve over 4 / 16 / 64 workers × 200 / 2,000 / 10,000
   versions per shard, plus one shard of two base models at 64 × 10,000 (the other's
-  versions and workers present, foreign to it), in steady state (every command answered
-  before the next round, a few new bursts per round); checked against the issue-18 target
-  (p99 ≤ 50 ms at 64 workers × 10,000 versions per shard);
+  versions and workers present, foreign to it), and 64 × 10,000 again with the adaptive
+  ranking ready (fed one and a half HOT time constants of requests first: the order a leader
+  plans by once it has seen that much traffic; the other fleets have seen too few requests
+  for it at 16 and 64 workers and plan by the plain heat score), in steady state (every command
+  answered before the next round, a few new bursts per round), with the ``HotOrder``
+  commands a round sends per round; checked against the issue-18 target (p99 ≤ 50 ms at 64
+  workers × 10,000 versions per shard);
 * ``apply``: heat batches decoded from their Kafka bytes and applied to the state
   (completions/s and batches/s one process absorbs).
 
@@ -69,13 +73,17 @@ def _summary(xs: list[float]) -> dict[str, float]:
 # --------------------------------------------------------------------------- in process
 
 
-def _fleet(n_workers: int, n_versions: int, slots: int, seed: int = 7, shards: int = 1
-           ) -> tuple[CacheCore, list[Ref], float]:
+def _fleet(n_workers: int, n_versions: int, slots: int, seed: int = 7, shards: int = 1,
+           ranked: bool = False) -> tuple[CacheCore, list[Ref], float]:
     """A core with ``n_workers`` synced workers and ``n_versions`` admitted versions.
 
     ``shards`` > 1: that many base models, each with its own ``n_workers`` and
     ``n_versions``; the core is the first base model's shard (``base_models``), fed every
-    event of every shard as a shard leader is (the others' are foreign to it)."""
+    event of every shard as a shard leader is (the others' are foreign to it).
+    ``ranked``: 1.5 × the requests the adaptive ranking waits for (one HOT time constant,
+    ``adaptive.hot_tau_per_slot`` × slots × workers) are fed first, power-law over the
+    versions, so the plan ranks by the adaptive experts from the first round, as a leader
+    does once it has seen that much traffic; otherwise it ranks by the plain heat score."""
     rng = random.Random(seed)
     core = CacheCore(policy=make_policy("heat", load_config()), policy_config=load_config(),
                      rules=RulesConfig(), worker_timeout_s=3600.0,
@@ -101,6 +109,11 @@ def _fleet(n_workers: int, n_versions: int, slots: int, seed: int = 7, shards: i
             n = int(200 / (i + 1) ** 0.9)
             if n:
                 core.apply(ev.heat(r, n, now - rng.uniform(0, 300)), now)
+    if ranked:
+        need = int(1.5 * load_config().adaptive.hot_tau_per_slot * slots * n_workers)
+        for _ in range(need // 20 + 1):
+            r = refs[min(int(rng.paretovariate(0.8)) - 1, n_versions - 1)]
+            core.apply(ev.heat(r, 20, now - rng.uniform(0, 300)), now)
     return core, refs, now
 
 
@@ -109,22 +122,33 @@ def _answer_all(core: CacheCore, issued: list[Any], t: float) -> None:
         core.apply(ev.answer(build_command(i, "bench"), t), t)
 
 
-def bench_rounds(n_workers: int, n_versions: int, slots: int, rounds: int, shards: int = 1
-                 ) -> dict[str, Any]:
-    """Steady-state planning rounds (of one shard when ``shards`` > 1); latency figures."""
-    core, refs, now = _fleet(n_workers, n_versions, slots, shards=shards)
+def bench_rounds(n_workers: int, n_versions: int, slots: int, rounds: int, shards: int = 1,
+                 ranked: bool = False) -> dict[str, Any]:
+    """Steady-state planning rounds (of one shard when ``shards`` > 1); latency figures and
+    the ``HotOrder`` commands a round sends (each taken as published, as the leader marks
+    them: :meth:`Planner.hot_order_sent`)."""
+    core, refs, now = _fleet(n_workers, n_versions, slots, shards=shards, ranked=ranked)
     rng = random.Random(11)
     t = now
     first = time.perf_counter()
     res = core.round(t)
     first_s = time.perf_counter() - first
     commands = len(res.issued)
+
+    def sent(res: Any) -> int:
+        for wid, order in res.round.hot_orders.items():
+            core.planner.hot_order_sent(wid, order)
+        return len(res.round.hot_orders)
+
+    sent(res)
     _answer_all(core, res.issued, t)
     for _ in range(5):  # converge
         t += 1.0
         res = core.round(t)
+        sent(res)
         _answer_all(core, res.issued, t)
     times: list[float] = []
+    hot_orders = 0
     for _ in range(rounds):
         t += 1.0
         for r in rng.sample(refs, 3):  # a few bursts per round
@@ -133,9 +157,12 @@ def bench_rounds(n_workers: int, n_versions: int, slots: int, rounds: int, shard
         res = core.round(t)
         times.append(time.perf_counter() - start)
         commands += len(res.issued)
+        hot_orders += sent(res)
         _answer_all(core, res.issued, t)
     return {"workers": n_workers, "versions": n_versions, "slots": slots, "shards": shards,
-            "first_round_ms": first_s * 1e3, "commands": commands, **_summary(times)}
+            "ranked": res.round.snapshot.ranks is not None, "first_round_ms": first_s * 1e3,
+            "commands": commands, "hot_orders_per_round": hot_orders / rounds,
+            **_summary(times)}
 
 
 def bench_apply(n_batches: int, per_batch: int, n_versions: int) -> dict[str, Any]:
@@ -302,20 +329,23 @@ def main() -> None:
     args = ap.parse_args()
     # The curve: workers × versions per shard, then one shard of two (the other base model's
     # versions and workers present, foreign to it) at the largest size.
-    fleets = [(4, 200, 8, 1), (16, 2000, 16, 1)] if args.quick else [
-        (w, v, 8 if w == 4 else 16, 1) for w in (4, 16, 64) for v in (200, 2000, 10000)
-    ] + [(64, 10000, 16, 2)]
+    # Last, the largest with the adaptive ranking ready (a leader that has seen one HOT time
+    # constant of traffic plans by it; the others plan by the plain heat score).
+    fleets = [(4, 200, 8, 1, False), (16, 2000, 16, 1, False)] if args.quick else [
+        (w, v, 8 if w == 4 else 16, 1, False) for w in (4, 16, 64) for v in (200, 2000, 10000)
+    ] + [(64, 10000, 16, 2, False), (64, 10000, 16, 1, True)]
     rounds = args.rounds or (10 if args.quick else 100)
     result: dict[str, Any] = {"rounds": [], "apply": None,
                               "target": {"workers": 64, "versions": 10000, "p99_ms": TARGET_P99_MS}}
     print("planning round per shard (pure core, heat policy, steady state):")
-    print(f"  {'workers':>7} {'versions':>8} {'slots':>5} {'shards':>6} {'first ms':>9} "
-          f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    for w, v, s, k in fleets:
-        r = bench_rounds(w, v, s, rounds, shards=k)
+    print(f"  {'workers':>7} {'versions':>8} {'slots':>5} {'shards':>6} {'ranked':>6} "
+          f"{'first ms':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'orders/rnd':>10}")
+    for w, v, s, k, ranked in fleets:
+        r = bench_rounds(w, v, s, rounds, shards=k, ranked=ranked)
         result["rounds"].append(r)
-        print(f"  {w:>7} {v:>8} {s:>5} {k:>6} {r['first_round_ms']:>9.1f} {r['p50_ms']:>8.2f} "
-              f"{r['p99_ms']:>8.2f} {r['max_ms']:>8.2f}")
+        print(f"  {w:>7} {v:>8} {s:>5} {k:>6} {'yes' if r['ranked'] else 'no':>6} "
+              f"{r['first_round_ms']:>9.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
+              f"{r['max_ms']:>8.2f} {r['hot_orders_per_round']:>10.1f}")
     at_target = [r for r in result["rounds"] if (r["workers"], r["versions"]) == (64, 10000)]
     if at_target:
         worst = max(r["p99_ms"] for r in at_target)

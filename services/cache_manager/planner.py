@@ -35,7 +35,7 @@ The result is an ordered list of :class:`~loraplane.cache_manager.model.CommandS
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -206,6 +206,14 @@ class Requirement:
 
 HotOrder = tuple[tuple[int, float], ...]
 """A worker's HOT order: (engine id, keep key) of every version HOT there, by engine id."""
+
+
+def order_shape(order: HotOrder) -> tuple[tuple[int, int], ...]:
+    """What a worker's victim reads of a HOT order (it compares the keys of its own HOT
+    versions, ``victims.hot_victim``): each engine id with its key's rank among the order's
+    distinct keys (equal keys: equal ranks), not the key values."""
+    rank = {k: i for i, k in enumerate(sorted({k for _, k in order}))}
+    return tuple((eid, rank[k]) for eid, k in order)
 
 
 @dataclass(slots=True)
@@ -469,15 +477,22 @@ class Planner:
                         if ranks is not None and s.kind is CommandKind.LOAD_HOT else None)
             for s in accepted
         ]
+        loading = {s.worker_id for s in accepted if s.kind is CommandKind.LOAD_HOT}
         return Round(accepted, notes, heat, snapshot, plan, dropped,
-                     self.hot_orders(state, snapshot))
+                     self.hot_orders(state, snapshot, loading))
 
-    def hot_orders(self, state: State, snapshot: Snapshot) -> dict[str, HotOrder]:
+    def hot_orders(self, state: State, snapshot: Snapshot,
+                   loading: Container[str] = frozenset()) -> dict[str, HotOrder]:
         """Per worker whose order changed since it was last sent: the round's HOT keep key
         (``Ranks.hot_key``) of every version HOT there, by engine id — what the worker's
         request-path victim follows (``HotOrder``), so that it takes the victim the heat plan
-        would. Empty without a ranking. A restarted worker's HOT set (and so its order)
-        changes as it loads again; each HOT load carries its own key (``hot_keep``)."""
+        would. Empty without a ranking. The victim only compares the keys of one worker's
+        HOT versions, so an order whose keys moved without changing how they compare
+        (:func:`order_shape`) is not sent again: under live traffic the values move every
+        round. ``loading``: workers sent a HOT load this round; the load carries this
+        round's key (``hot_keep``), so they get this round's keys of the others too, to
+        compare with. A restarted worker's HOT set (and so its order) changes as it loads
+        again."""
         ranks = snapshot.ranks
         if ranks is None:
             return {}
@@ -489,7 +504,9 @@ class Planner:
                 (rec.engine_id, ranks.hot_key(vid)) for vid in w.hot()
                 if (rec := state.versions.get(vid)) is not None and rec.engine_id
             ))
-            if self._hot_orders.get(wid, ()) != order:  # an empty HOT set needs no order
+            sent = self._hot_orders.get(wid, ())  # an empty HOT set needs no order
+            if (order and wid in loading and order != sent) or \
+                    order_shape(sent) != order_shape(order):
                 out[wid] = order
         return out
 
