@@ -35,7 +35,7 @@ The result is an ordered list of :class:`~loraplane.cache_manager.model.CommandS
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -261,6 +261,7 @@ class Planner:
         """Copies of what the last snapshot's metadata came from (versions, pointers, boosts):
         while they are equal and no schedule is configured, the same metadata serve again."""
         self._meta_dict: dict[str, VersionMeta] = {}
+        self._meta_view: Mapping[str, VersionMeta] = MappingProxyType(self._meta_dict)
         self._ranked_versions: tuple[RankedVersion, ...] = ()
         self._hot_orders: dict[str, HotOrder] = {}
         """The HOT order each worker was last sent (:meth:`hot_order_sent`)."""
@@ -359,7 +360,11 @@ class Planner:
                  for wid, pr in proj.items()),
             )
             ranks = ranking.ranks((w.worker_id, v) for w in workers for v in w.resident())
-        return Snapshot.build(metas.values(), workers, stats, self.bandwidths, ranks=ranks)
+        # Snapshot.build's freeze, with the metadata's read-only view kept with them (the
+        # same object while they serve again: the policy finds them equal at once)
+        return Snapshot(versions=self._meta_view, stats=MappingProxyType(stats),
+                        workers=tuple(sorted(workers, key=lambda w: w.worker_id)),
+                        bandwidths=self.bandwidths, ranks=ranks)
 
     def _version_metas(self, state: State, now: float) -> dict[str, VersionMeta]:
         """The policy's metadata of every loadable version (a version's is rebuilt only when
@@ -407,6 +412,7 @@ class Planner:
         self._ranked_versions = tuple(r for _, r in self._ranked.values())
         self._meta_inputs = (dict(state.versions), dict(state.pointers), dict(state.boosts))
         self._meta_dict = metas
+        self._meta_view = MappingProxyType(metas)
         return metas
 
     def heat_of(self, snapshot: Snapshot, vid: str, now: float) -> float:

@@ -36,7 +36,7 @@ from .predicates import (
     protection,
     protection_of,
 )
-from .score import hot_terms, liveness, size_factor, warm_value
+from .score import hot_terms_at, liveness, size_factor, warm_value
 from .snapshot import EMPTY_STATS, Snapshot, VersionMeta, WorkerState
 from .stats import GAP_SMOOTHING, StatsView
 
@@ -426,8 +426,8 @@ class _HostIndex:
     WARM first, then one with a free slot before one without, then the least loaded, then the
     stable hash: so the best worker is among the eligible resident ones, else among the
     eligible non-resident ones of the least load, those with a free slot if there is one.
-    A target's entry moves when an assignment changes its load or slots (:meth:`unfile`,
-    then :meth:`file`)."""
+    A target's entry moves when an assignment changes its load or slots (:meth:`changed`: it is
+    refiled before the next look by load; most replicas stop at a resident worker)."""
 
     def __init__(self, targets: list[_Target]) -> None:
         self.targets = targets
@@ -440,8 +440,14 @@ class _HostIndex:
         """Per base model: (load, target index) of the targets with a free slot, and of those
         with slots left that are all an incumbent's, each sorted."""
         self._filed: dict[tuple[int, str], tuple[int, tuple[float, int]]] = {}
+        self._stale: dict[int, _Target] = {}
+        """Targets changed since they were filed (refiled before the next look by load)."""
         for t in targets:
             self.file(t)
+
+    def changed(self, t: _Target) -> None:
+        """An assignment changed ``t``'s load or slots: refile it before the next look."""
+        self._stale[self._index[id(t)]] = t
 
     def file(self, t: _Target) -> None:
         """Enter ``t`` by its current load and slots."""
@@ -484,6 +490,10 @@ class _HostIndex:
             if vid in t.worker.hot or t.slots_left[bm] - t.pending.get(bm, 0) > 0:
                 # HOT there, or a free slot where it is WARM: no other worker ranks before
                 return [targets[i] for i in out]
+        for t in self._stale.values():
+            self.unfile(t)
+            self.file(t)
+        self._stale.clear()
         for entries in self._by_load.get(bm, ([], [])):
             least: float | None = None
             for load, i in entries:
@@ -524,6 +534,8 @@ class _VersionFacts:
     def __init__(self, versions: Mapping[str, VersionMeta], bandwidths: Bandwidths,
                  figures: Callable[[VersionMeta, StatsView, float, Bandwidths], _Figures]
                  ) -> None:
+        self.source = versions
+        """The mapping they came from: a snapshot's are frozen, so the same one is equal."""
         self.versions = dict(versions)
         self.bandwidths = bandwidths
         self.rate: dict[str, float] = {}
@@ -575,7 +587,8 @@ class HeatPolicy:
         stats = snapshot.stats
         bw = snapshot.bandwidths
         facts = self._facts
-        if facts is None or facts.bandwidths is not bw or versions != facts.versions:
+        if facts is None or facts.bandwidths is not bw or (
+                versions is not facts.source and versions != facts.versions):
             facts = self._facts = _VersionFacts(versions, bw, self._figures)
         out = _Scores(kind=facts.kind, rate=dict(facts.rate), heat=dict(facts.heat),
                       value=dict(facts.value), demote=dict(facts.demote),
@@ -599,7 +612,7 @@ class HeatPolicy:
         rate = st.rate(now, sc.rate_window_s) * liveness(st.idle_s(now), st.mean_gap_s, sc)
         if meta.superseded:
             return _Figures(rate, -1.0, -1.0, None, Reason.SUPERSEDED)
-        return _Figures(rate, hot_terms(meta, st, now, sc, bw).heat,
+        return _Figures(rate, hot_terms_at(meta, st, rate, sc, bw).heat,
                         warm_value(meta, st, now, sc, bw), protection_of(meta, cfg),
                         demotion_reason(meta, st, now, cfg))
 
@@ -719,9 +732,8 @@ class HeatPolicy:
                     reason = Reason.MIN_REPLICAS
                 else:
                     reason = Reason.LOAD_SPREAD
-                hosts.unfile(chosen)
                 assign(chosen, vid, reason)
-                hosts.file(chosen)
+                hosts.changed(chosen)
 
         # 4. pins: protected target versions, within shares, never every slot
         for t in targets:

@@ -111,8 +111,16 @@ def hot_terms(
 ) -> HeatTerms:
     """Heat for the HOT ranking: the penalty is a reload from WARM."""
     alive = liveness(stats.idle_s(now), stats.mean_gap_s, cfg)
+    return hot_terms_at(meta, stats, stats.rate(now, cfg.rate_window_s) * alive, cfg, bw)
+
+
+def hot_terms_at(
+    meta: VersionMeta, stats: StatsView, rate: float, cfg: ScoreConfig, bw: Bandwidths
+) -> HeatTerms:
+    """:func:`hot_terms` of a discounted rate already at hand (``stats.rate(now)`` ×
+    :func:`liveness`, as the heat plan computes it for its replicas)."""
     return terms(
-        stats.rate(now, cfg.rate_window_s) * alive,
+        rate,
         penalty_s(bw.warm_to_hot_s(meta.size_bytes), stats.class_shares(), cfg),
         cfg.priority_values[meta.priority],
         meta.warmup,
