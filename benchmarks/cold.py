@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -451,6 +452,44 @@ async def _activation(engine: VllmEngine, adapter_dir: Path, rank: int, base_id:
     return round(statistics.median(resident), 4), round(statistics.median(moved), 4)
 
 
+def engine_costs(results: list[SizeResult], *, command: str, measured_at: str,
+                 load_average: dict[str, list[float]]) -> dict[str, Any]:
+    """The simulator's engine costs from a run (``--sim-costs``: the checked-in
+    ``services/sim/engine_costs.json`` that :func:`loraplane.sim.cost.measured_engine_costs`
+    reads): per size WARM → registered (``add_lora`` of the WARM load, ``warm_register_s``,
+    which activates too) and registered → slot (``activate_adapter_s``); the cost model's
+    size-independent parts are the least-squares intercepts over the sizes (register =
+    ``add_lora - activate_adapter``; clamped at 0), the slopes beside them."""
+    sizes = [r.size_bytes / MB for r in results]
+    activate = [r.activate_adapter_s * 1000 for r in results]
+    register = [max(0.0, r.warm_register_s * 1000 - a) for r, a in zip(results, activate,
+                                                                         strict=True)]
+
+    def fit(ys: list[float]) -> tuple[float, float]:
+        if len(ys) < 2:
+            return ys[0], 0.0
+        slope, intercept = statistics.linear_regression(sizes, ys)
+        return max(0.0, intercept), slope
+
+    reg0, reg_slope = fit(register)
+    act0, act_slope = fit(activate)
+    return {
+        "command": command, "measured_at": measured_at, "load_average": load_average,
+        "register_ms": round(reg0, 2), "activate_ms": round(act0, 2),
+        "register_ms_per_mb": round(reg_slope, 4), "activate_ms_per_mb": round(act_slope, 4),
+        "note": "register_ms / activate_ms: the size-independent parts (least-squares "
+                "intercepts over the sizes) of WARM -> registered (add_lora less its "
+                "activation) and registered -> slot (vLLM's activate_adapter in the engine "
+                "process) on this machine's CPU engine (benchmarks/cold.py); the simulator's "
+                "defaults (loraplane.sim.cost). A GPU deployment passes its own.",
+        "sizes": [
+            {"size_mb": round(mb, 1), "add_lora_ms": round(r.warm_register_s * 1000, 2),
+             "activate_adapter_ms": round(a, 2), "register_ms": round(g, 2)}
+            for mb, r, a, g in zip(sizes, results, activate, register, strict=True)
+        ],
+    }
+
+
 def table(results: list[SizeResult]) -> Table:
     """The throughput figures as a rich table."""
     t = Table(title="cold path: object store -> verified -> registered (medians)")
@@ -520,7 +559,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print every repetition")
     parser.add_argument("--port-base", type=int, default=26000,
                         help="port block of the private SeaweedFS (default %(default)s)")
+    parser.add_argument("--sim-costs", type=Path, default=None,
+                        help="also write the engine's two moves as the simulator's defaults "
+                             "(services/sim/engine_costs.json; see engine_costs)")
     args = parser.parse_args(argv)
+    load_before = list(os.getloadavg())
     sizes = [int(x) for x in args.sizes_mb.split(",") if x.strip()]
     console = Console(width=None if sys.stdout.isatty() else 140)
     root = Path(args.work_dir)
@@ -539,6 +582,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     console.print(f"wrote {args.out}")
+    if args.sim_costs is not None:
+        command = "python -m benchmarks.cold " + " ".join(argv if argv is not None
+                                                          else sys.argv[1:])
+        costs = engine_costs(
+            results, command=command.strip(),
+            measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            load_average={"start": [round(x, 2) for x in load_before],
+                          "end": [round(x, 2) for x in os.getloadavg()]})
+        args.sim_costs.write_text(json.dumps(costs, indent=2) + "\n")
+        console.print(f"wrote {args.sim_costs}: register {costs['register_ms']} ms, activate "
+                      f"{costs['activate_ms']} ms (fixed parts)")
     below = [r for r in results if r.of_ceiling < TARGET_OF_CEILING]
     for r in below:
         console.print(f"[yellow]{r.size_bytes / MB:.1f} MB: pipeline at {r.of_ceiling:.2f} "

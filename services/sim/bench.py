@@ -44,7 +44,7 @@ from loraplane import native
 from loraplane.policy.config import PolicyConfig, load_config
 from loraplane.policy.factory import make_policy
 from loraplane.sim import peers
-from loraplane.sim.cost import CostModel
+from loraplane.sim.cost import CostModel, measured_engine_costs
 from loraplane.sim.generator import DEFAULT_AZURE_DIR, generate
 from loraplane.sim.gentd26 import REQUEST_FILE, import_gentd26
 from loraplane.sim.oracle import TailOracle
@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     cfg = load_config(args.policy_config)
-    cost = CostModel()
+    cost = CostModel.measured()
     if args.register_ms is not None or args.activate_ms is not None:
         units = cost.as_dict()
         units.update({k: v for k, v in (("register_ms", args.register_ms),
@@ -503,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "generated_by": "python -m loraplane.sim.bench",
         "cost_model": cost.as_dict(),
+        "engine_costs_measured": measured_engine_costs().source,
         "targets": asdict(targets),
         "peer_simulator": "libcachesim 0.3.5" if with_peers else None,
         "policy_code": native.status(),
@@ -600,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print("heat simulated requests per CPU second by catalog size: " + ", ".join(
             f"{int(n):,} versions {v:,.0f}" for n, v in speed.items()))
     console.print("cost model: " + ", ".join(f"{k}={v:g}" for k, v in cost.as_dict().items()))
+    console.print(f"engine costs measured by: {measured_engine_costs().source}")
     console.print(f"policy code: {native.status()}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
