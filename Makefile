@@ -72,7 +72,7 @@ bench-admission: install ## admission verification MB/s beside raw sha256 MB/s -
 bench-cold: install ## worker cold path (S3 -> verified -> engine) beside raw GET+sha256, 1-100 MB -> .loraplane/bench/cold.json
 	$(PY) -m benchmarks.cold
 
-bench-gateway: install ## direct vs pass-through proxy vs gateway (plaintext, mutual TLS to the worker, two processes on one port) on the null engine -> .loraplane/bench/gateway.json
+bench-gateway: install ## direct vs pass-through proxy vs gateway (plaintext, mutual TLS to the worker, TLS at the edge too, two processes on one port) on the null engine -> .loraplane/bench/gateway.json
 	$(PY) -m benchmarks.gateway
 
 bench-registry: install ## register -> event published latency on a private stack -> .loraplane/bench/registry.json

@@ -14,7 +14,12 @@ three alike:
   its own again, with mutual TLS between them (the stack's dev CA, ``shared/tls.py``: the
   worker requires the gateway's client certificate and checks it against its table), so
   ``mtls_*`` ratios put TLS beside plaintext (latency and CPU per request of the gateway
-  and of the worker). The tenant side stays plaintext (edge TLS is not built);
+  and of the worker);
+* **gateway_tls** (``--worker null``): that mutual-TLS pair's worker behind a third
+  gateway that also serves its tenant port over TLS (``LORAPLANE_GATEWAY_EDGE_TLS_*``: the
+  dev CA's ``gateway`` certificate; the clients dial it with that CA), so ``edge_tls_*``
+  ratios put the tenant → gateway TLS beside a plaintext edge (``gateway_mtls``: the same
+  worker hop): latency, and CPU per request of the gateway and of the clients;
 * **gateway_x2** (``--x2``, the default): two gateway processes serving one port
   (``LORAPLANE_GATEWAY_PROCESSES=2``: ``SO_REUSEPORT``, each its share of the flow caps),
   on the plaintext worker; its CPU per request is both processes' together, and the
@@ -101,6 +106,8 @@ API_KEY = "lp_bench_secret"
 TARGETS = ("direct", "proxy", "gateway")
 MTLS = "gateway_mtls"
 """The gateway → worker hop over mutual TLS (a second worker and gateway pair)."""
+EDGE = "gateway_tls"
+"""TLS at the edge too: a gateway on the mutual-TLS worker serving its tenants over TLS."""
 X2 = "gateway_x2"
 """Two gateway processes sharing one port (SO_REUSEPORT), on the plaintext worker."""
 WORKERS = ("null", "echo")
@@ -197,7 +204,7 @@ async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str,
         await server.start()
         out.put((role, "bare pass-through proxy", port, version))
         await server.wait_for_termination()
-    elif role in ("gateway", MTLS) or role.startswith(X2):
+    elif role in ("gateway", MTLS, EDGE) or role.startswith(X2):
         app = await _start_gateway(worker_addr, version, tls, options)
         out.put((role, "gateway", app.grpc_port, version))
         await asyncio.Event().wait()
@@ -209,12 +216,16 @@ Stop = Callable[[], Any]
 def _tls_settings(pki_dir: str, role: str) -> dict[str, str]:
     """The TLS settings of a server role: the mutual-TLS pair's files, else explicitly
     none (plaintext even when the bench's shell sourced demo.env's LORAPLANE_TLS_*)."""
-    identity = {"worker_mtls": "worker", MTLS: "gateway"}.get(role)
+    identity = {"worker_mtls": "worker", MTLS: "gateway", EDGE: "gateway"}.get(role)
     if identity is None or not pki_dir:
         return {"tls_ca_file": "", "tls_cert_file": "", "tls_key_file": ""}
     d = Path(pki_dir)
-    return {"tls_ca_file": str(d / "ca.pem"), "tls_cert_file": str(d / f"{identity}.pem"),
-            "tls_key_file": str(d / f"{identity}.key")}
+    tls = {"tls_ca_file": str(d / "ca.pem"), "tls_cert_file": str(d / f"{identity}.pem"),
+           "tls_key_file": str(d / f"{identity}.key")}
+    if role == EDGE:  # its tenant port too, with the same certificate
+        tls |= {"edge_tls_cert_file": str(d / "gateway.pem"),
+                "edge_tls_key_file": str(d / "gateway.key")}
+    return tls
 
 
 async def _start_echo_worker() -> tuple[str, int, Version, Stop]:
@@ -387,9 +398,10 @@ class PhaseResult:
 
 
 def _client(conn: Connection, addrs: dict[str, str], version: Version,
-            connections: int = 1) -> None:
-    """Process entry: run phases on command until told to stop."""
-    asyncio.run(_client_async(conn, addrs, version, connections))
+            connections: int = 1, ca_file: str = "") -> None:
+    """Process entry: run phases on command until told to stop (``ca_file``: what the
+    clients trust on the ``gateway_tls`` target)."""
+    asyncio.run(_client_async(conn, addrs, version, connections, ca_file))
 
 
 async def _load(
@@ -446,13 +458,20 @@ async def _load(
 
 
 async def _client_async(conn: Connection, addrs: dict[str, str], version: Version,
-                        connections: int = 1) -> None:
+                        connections: int = 1, ca_file: str = "") -> None:
     # ``connections`` channels per target, each its own TCP connection (a local subchannel
     # pool: channels to one address would share one otherwise); SO_REUSEPORT spreads
     # connections, not requests, between the gateway_x2 processes
     opts = [("grpc.use_local_subchannel_pool", 1)]
-    channels = {t: [grpc.aio.insecure_channel(a, options=opts) for _ in range(connections)]
-                for t, a in addrs.items()}
+
+    def channel(target: str, addr: str) -> grpc.aio.Channel:
+        if target != EDGE:
+            return grpc.aio.insecure_channel(addr, options=opts)
+        creds = grpc.ssl_channel_credentials(Path(ca_file).read_bytes())
+        return grpc.aio.secure_channel(addr, creds, options=[
+            *opts, ("grpc.ssl_target_name_override", "gateway")])
+
+    channels = {t: [channel(t, a) for _ in range(connections)] for t, a in addrs.items()}
     worker = [worker_pb2_grpc.WorkerInternalStub(ch) for ch in channels["direct"]]
     stubs = {t: [inference_pb2_grpc.InferenceStub(ch) for ch in channels[t]]
              for t in addrs if t != "direct"}
@@ -573,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = mp.get_context("spawn")
     procs: list[Any] = []
     workdir = tempfile.mkdtemp(prefix="loraplane-bench-gateway-")
-    targets = (*TARGETS, MTLS) if args.worker == "null" else TARGETS
+    targets = (*TARGETS, MTLS, EDGE) if args.worker == "null" else TARGETS
     if args.x2:
         targets = (*targets, X2)
     pki = ""
@@ -610,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
             _, mtls_worker_port, mtls_version = start("worker_mtls", "", Version())
             mtls_port = start(MTLS, f"127.0.0.1:{mtls_worker_port}", mtls_version)[1]
             addrs[MTLS] = f"127.0.0.1:{mtls_port}"
+            edge_port = start(EDGE, f"127.0.0.1:{mtls_worker_port}", mtls_version)[1]
+            addrs[EDGE] = f"127.0.0.1:{edge_port}"
         x2_metrics: list[int] = []
         if X2 in targets:  # two gateway processes on one port, the same plaintext worker
             x2_port = 0
@@ -622,13 +643,15 @@ def main(argv: list[str] | None = None) -> int:
             addrs[X2] = f"127.0.0.1:{x2_port}"
         measured = {t: [pids[f"{X2}_0"], pids[f"{X2}_1"]] if t == X2 else [pids[t]]
                     for t in targets}
-        worker_pid = {t: pids["worker_mtls" if t == MTLS else "direct"] for t in targets}
+        worker_pid = {t: pids["worker_mtls" if t in (MTLS, EDGE) else "direct"]
+                      for t in targets}
         clients: list[Connection] = []
         client_pids: list[int] = []
         for _ in range(args.clients):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_client, args=(child, addrs, version, args.connections),
-                            daemon=True)
+            ca = str(Path(pki) / "ca.pem") if pki else ""
+            p = ctx.Process(target=_client,
+                            args=(child, addrs, version, args.connections, ca), daemon=True)
             p.start()
             procs.append(p)
             clients.append(parent)
@@ -734,6 +757,22 @@ def main(argv: list[str] | None = None) -> int:
         report["mtls_worker_cpu_ratio"] = round(
             report[f"{MTLS}_worker_cpu_us_per_request"]
             / report["gateway_worker_cpu_us_per_request"], 3)
+    if EDGE in targets:  # TLS at the tenant → gateway edge beside a plaintext edge
+        report["edge_tls_ratio_p50"] = round(
+            report[f"{EDGE}_p50_ms"] / report[f"{MTLS}_p50_ms"], 3)
+        report["edge_tls_ratio_p99"] = round(
+            report[f"{EDGE}_p99_ms"] / report[f"{MTLS}_p99_ms"], 3)
+        report["edge_tls_ratio_loaded_p50"] = round(
+            report[f"{EDGE}_loaded_p50_ms"] / report[f"{MTLS}_loaded_p50_ms"], 3)
+        report["edge_tls_gateway_cpu_ratio"] = round(
+            report[f"{EDGE}_cpu_us_per_request"] / report[f"{MTLS}_cpu_us_per_request"], 3)
+        report["edge_tls_client_cpu_ratio"] = round(
+            report[f"{EDGE}_client_cpu_us_per_request"]
+            / report[f"{MTLS}_client_cpu_us_per_request"], 3)
+        report["all_tls_ratio_p50"] = round(
+            report[f"{EDGE}_p50_ms"] / report["gateway_p50_ms"], 3)
+        report["all_tls_gateway_cpu_ratio"] = round(
+            report[f"{EDGE}_cpu_us_per_request"] / report["gateway_cpu_us_per_request"], 3)
     if X2 in targets:  # two processes on one port beside one process
         report[f"{X2}_capacity_rps"] = round(1e6 / report[f"{X2}_cpu_us_per_request"], 1)
         report[f"{X2}_requests_per_process"] = x2_counts
@@ -783,6 +822,14 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 {report['mtls_ratio_p99']:.3f}, at load p50 "
               f"{report['mtls_ratio_loaded_p50']:.3f}; CPU per request gateway "
               f"{report['mtls_gateway_cpu_ratio']:.3f}, worker {report['mtls_worker_cpu_ratio']:.3f}")
+    if EDGE in targets:
+        print(f"TLS tenant → gateway / plaintext edge (both on the mutual-TLS worker): latency "
+              f"p50 {report['edge_tls_ratio_p50']:.3f}, p99 {report['edge_tls_ratio_p99']:.3f}, "
+              f"at load p50 {report['edge_tls_ratio_loaded_p50']:.3f}; CPU per request "
+              f"gateway {report['edge_tls_gateway_cpu_ratio']:.3f}, clients "
+              f"{report['edge_tls_client_cpu_ratio']:.3f}; TLS on both hops / none: latency "
+              f"p50 {report['all_tls_ratio_p50']:.3f}, gateway CPU "
+              f"{report['all_tls_gateway_cpu_ratio']:.3f}")
     print(f"CPU per request / bare proxy's: one gateway process {report['cpu_ratio']:.3f} "
           f"(target <= {CPU_RATIO_TARGET}: "
           f"{'met' if report['cpu_ratio'] <= CPU_RATIO_TARGET else 'NOT met'})")

@@ -44,6 +44,12 @@ def test_bench_writes_the_required_figures(tmp_path: Path, worker: str | None,
         assert isinstance(report[key], float | int) and report[key] > 0, key
     assert report["ratio_p50"] == round(report["gateway_p50_ms"] / report["proxy_p50_ms"], 3)
     assert report["gateway_errors"] == report["proxy_errors"] == report["direct_errors"] == 0
+    if worker is None:  # TLS at the edge, beside the plaintext edge, both on the mTLS worker
+        assert report["gateway_tls_errors"] == report["gateway_mtls_errors"] == 0
+        assert report["gateway_tls_tokens_received_per_request"] == 4
+        assert report["gateway_tls_client_cpu_us_per_request"] > 0
+        assert report["edge_tls_ratio_p50"] == round(
+            report["gateway_tls_p50_ms"] / report["gateway_mtls_p50_ms"], 3)
     assert report["gateway_cpu_us_per_request"] > 0
     # two gateway processes on one port: every request counted by one of them, both served
     per_process = report["gateway_x2_requests_per_process"]
