@@ -94,7 +94,7 @@ class AdmissionApp:
             self.pool = await create_pool(s.postgres_dsn, max_size=4)
             verdicts = PostgresVerdictStore(self.pool)
         store = self._store or MinioStore(s.s3_endpoint, s.s3_access_key, s.s3_secret_key,
-                                          secure=s.s3_secure)
+                                          secure=s.s3_secure, ca_file=s.s3_ca_file)
         self.admitter = Admitter(
             settings=s, store=store, verdicts=verdicts, catalogue=catalogue,
             trust=TrustStore(s.admission_platform_keys_dir, s.admission_tenant_keys_dir),

@@ -33,6 +33,7 @@ from minio.error import MinioException, S3Error, ServerError
 
 from loraplane.registry.auth import ACTOR_METADATA
 from loraplane.registry.settings import RegistryClientSettings
+from loraplane.shared.objectstore import minio_client
 from loraplane.shared.settings import CommonSettings
 from loraplane.shared.signing import (
     SIGNATURE_FILENAME,
@@ -230,9 +231,11 @@ class Progress(Protocol):
 
 
 def s3_client(s: CommonSettings) -> Minio:
-    """A minio client for ``LORAPLANE_S3_*``."""
-    return Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
-                 secure=s.s3_secure)
+    """A minio client for ``LORAPLANE_S3_*`` (HTTPS trusting ``LORAPLANE_S3_CA_FILE`` when
+    ``LORAPLANE_S3_SECURE``)."""
+    client: Minio = minio_client(s.s3_endpoint, s.s3_access_key, s.s3_secret_key,
+                                 secure=s.s3_secure, ca_file=s.s3_ca_file)
+    return client
 
 
 @dataclass(frozen=True)

@@ -56,29 +56,49 @@ class ObjectStore(Protocol):
 _MISSING_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchObject"})
 
 
+def minio_client(
+    endpoint: str, access_key: str, secret_key: str, *, secure: bool = False,
+    ca_file: str = "", region: str = "us-east-1", connect_timeout_s: float = 300.0,
+    read_timeout_s: float = 300.0, retries: int = 5, maxsize: int = 10,
+) -> Any:
+    """A ``minio.Minio`` client of ``endpoint`` (``host:port``). With ``secure`` it speaks
+    HTTPS and verifies the server's certificate (and its host name) against ``ca_file``
+    (PEM; empty: the system's roots, ``SSL_CERT_FILE``); ``retries`` of a failed request
+    (5xx). The defaults are minio's own."""
+    import urllib3
+    from minio import Minio
+
+    if ca_file and not secure:
+        raise ValueError("an S3 CA file is set but the client is not secure (https)")
+    http = urllib3.PoolManager(
+        timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
+        retries=urllib3.Retry(total=retries, backoff_factor=0.2,
+                              status_forcelist=(500, 502, 503, 504)),
+        maxsize=maxsize,  # concurrent reads from threads keep their connections
+        cert_reqs="CERT_REQUIRED",
+        ca_certs=ca_file or None,
+    )
+    return Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure,
+                 region=region, http_client=http)
+
+
 class MinioStore:
     """:class:`ObjectStore` over the ``minio`` SDK."""
 
     def __init__(
         self, endpoint: str, access_key: str, secret_key: str, *, secure: bool = False,
-        region: str = "us-east-1", chunk_bytes: int = 1 << 20,
+        ca_file: str = "", region: str = "us-east-1", chunk_bytes: int = 1 << 20,
         connect_timeout_s: float = 5.0, read_timeout_s: float = 30.0, retries: int = 2,
     ) -> None:
-        """Client for ``endpoint`` (``host:port``); reads come in ``chunk_bytes`` chunks;
+        """Client for ``endpoint`` (``host:port``; HTTPS trusting ``ca_file`` with
+        ``secure``, :func:`minio_client`); reads come in ``chunk_bytes`` chunks;
         ``retries`` of a failed request (5xx) before it counts as an outage."""
-        import urllib3
-        from minio import Minio
-
-        http = urllib3.PoolManager(
-            timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
-            retries=urllib3.Retry(total=retries, backoff_factor=0.2,
-                                  status_forcelist=(500, 502, 503, 504)),
-            maxsize=10,  # concurrent reads from threads keep their connections
-        )
         self.endpoint = endpoint
         self.chunk_bytes = chunk_bytes
-        self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key,
-                            secure=secure, region=region, http_client=http)
+        self.client = minio_client(
+            endpoint, access_key, secret_key, secure=secure, ca_file=ca_file, region=region,
+            connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s,
+            retries=retries)
 
     def _classify(self, exc: Exception, what: str) -> Exception:
         """:class:`ObjectMissing` for an absent object, ``Unavailable`` (naming the store)

@@ -8,7 +8,10 @@ inside helpers.
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pathlib import Path
+from typing import Self
+
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loraplane.shared.tls import TlsFiles
@@ -29,6 +32,12 @@ class CommonSettings(BaseSettings):
     s3_access_key: str = "loraplane"
     s3_secret_key: str = "loraplane-dev-secret"
     s3_secure: bool = False
+    """``LORAPLANE_S3_SECURE``: speak HTTPS to the S3 endpoint (and verify its certificate)."""
+    s3_ca_file: str = ""
+    """``LORAPLANE_S3_CA_FILE``: PEM bundle of the CA the S3 endpoint's certificate must
+    chain to (a private CA: the local stack's dev CA); empty: the system's roots. Needs
+    ``LORAPLANE_S3_SECURE``. For PostgreSQL the DSN carries the same
+    (``?sslmode=verify-full&sslrootcert=<CA file>``, which asyncpg and dbmate read)."""
     artifact_bucket: str = "loraplane-artifacts"
     """The allow-listed bucket holding every adapter version (cold tier)."""
     instance_id: str = Field(default="", description="instance name; default host:pid")
@@ -42,6 +51,15 @@ class CommonSettings(BaseSettings):
     tls_key_file: str = Field(default="", validation_alias=AliasChoices("LORAPLANE_TLS_KEY_FILE"))
     """``LORAPLANE_TLS_KEY_FILE``: the private key of that certificate (PEM; never
     logged). Certificate and key files are re-read when they change (rotation)."""
+
+    @model_validator(mode="after")
+    def _check_s3_tls(self) -> Self:
+        if self.s3_ca_file and not self.s3_secure:
+            raise ValueError("LORAPLANE_S3_CA_FILE is set but LORAPLANE_S3_SECURE is false: "
+                             "the CA would never be used (set LORAPLANE_S3_SECURE=true)")
+        if self.s3_ca_file and not Path(self.s3_ca_file).is_file():
+            raise ValueError(f"LORAPLANE_S3_CA_FILE {self.s3_ca_file} is not a file")
+        return self
 
     def tls_files(self) -> TlsFiles | None:
         """The mTLS files (``None``: TLS off); raises ``TlsConfigError`` naming a missing

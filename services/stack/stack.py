@@ -22,7 +22,9 @@ __all__ = ["Stack", "StackError"]
 
 @dataclass
 class Stack:
-    """SeaweedFS (S3) first, then Tansu (stores its log in S3), PostgreSQL, Prometheus."""
+    """SeaweedFS (S3) first, then Tansu (stores its log in S3), PostgreSQL, Prometheus;
+    with ``tls`` PostgreSQL (and with ``s3_tls`` S3) serve TLS only, each component
+    writing the dev CA and its certificate first when missing."""
 
     settings: StackSettings
 

@@ -76,7 +76,7 @@ def service_env(s: StackSettings, extra: dict[str, str] | None = None) -> dict[s
 
 def pki_dir(s: StackSettings) -> Path:
     """Where the stack's dev CA and certificates live (:mod:`loraplane.stack.certs`)."""
-    return s.root / "pki"
+    return s.pki_dir
 
 
 def tls_env(s: StackSettings, identity: str) -> dict[str, str]:

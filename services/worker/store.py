@@ -82,9 +82,10 @@ class MinioStore(objectstore.MinioStore):
     patience (5 min timeouts, 5 retries of a 5xx): a load waits out a slow store."""
 
     def __init__(self, endpoint: str, access_key: str, secret_key: str, *,
-                 secure: bool = False) -> None:
-        """Client for ``endpoint`` (``host:port``)."""
-        super().__init__(endpoint, access_key, secret_key, secure=secure,
+                 secure: bool = False, ca_file: str = "") -> None:
+        """Client for ``endpoint`` (``host:port``; HTTPS trusting ``ca_file`` with
+        ``secure``)."""
+        super().__init__(endpoint, access_key, secret_key, secure=secure, ca_file=ca_file,
                          chunk_bytes=CHUNK_BYTES, connect_timeout_s=300.0,
                          read_timeout_s=300.0, retries=5)
 

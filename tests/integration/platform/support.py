@@ -79,7 +79,7 @@ async def control_plane(stack: Stack, work: Path, demo: DemoManifest, *, name: s
     db = f"{name}_{unique}"
     await admin.execute(f'CREATE DATABASE "{db}"')
     await admin.close()
-    dsn = s.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
+    dsn = s.dsn_for(db)
     try:
         await asyncio.to_thread(migrate_up, dsn)
         registry = RegistryApp(

@@ -208,7 +208,7 @@ async def test_failed_send_marks_only_the_prefix_and_recreates_the_producer(
     admin = await asyncpg.connect(stack.settings.postgres_dsn)
     db = f"outbox_{unique}"
     await admin.execute(f'CREATE DATABASE "{db}"')
-    dsn = stack.settings.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
+    dsn = stack.settings.dsn_for(db)
     try:
         await asyncio.to_thread(dbmate, dsn, "up")
         conn = await asyncpg.connect(dsn)

@@ -29,7 +29,7 @@ async def test_migrations_up_down_up(stack: Stack, unique: str) -> None:
     admin = await asyncpg.connect(s.postgres_dsn)
     try:
         await admin.execute(f'create database "{db}"')
-        dsn = s.postgres_dsn.rsplit("/", 1)[0] + f"/{db}"
+        dsn = s.dsn_for(db)
         dbmate(dsn, "up")
         assert await _tables(dsn) == TABLES
         for _ in migration_files():
