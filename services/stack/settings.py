@@ -100,9 +100,9 @@ class StackSettings(BaseSettings):
     s3_tls: bool | None = None
     """SeaweedFS's S3 port speaks HTTPS only (the dev CA's ``seaweedfs`` certificate; Tansu
     reaches its storage over it) and :meth:`client_env` says ``LORAPLANE_S3_SECURE`` /
-    ``LORAPLANE_S3_CA_FILE``. Default: off (``LORAPLANE_STACK_S3_TLS=true``: on; needs
-    ``tls``); the test session and ``bench-cold``'s private store build their S3 clients
-    from the endpoint alone;
+    ``LORAPLANE_S3_CA_FILE``. Default: as ``tls`` in the ``run`` profile (``make run``,
+    ``make stress``), off in ``test`` (the test session and ``bench-cold``'s private store
+    build their S3 clients from the endpoint alone);
     ``tests/integration/stack/test_backend_tls.py`` starts a SeaweedFS and a Tansu of its
     own with it on."""
     edge_tls: bool = False
@@ -145,7 +145,7 @@ class StackSettings(BaseSettings):
     @model_validator(mode="after")
     def _derive(self) -> StackSettings:
         if self.s3_tls is None:
-            self.s3_tls = False
+            self.s3_tls = self.tls and self.profile == "run"
         if self.s3_tls and not self.tls:
             raise ValueError("s3_tls needs tls (the certificates come from the stack's dev CA)")
         if self.port_base is None:

@@ -91,7 +91,7 @@ class WorkerApp:
         self.engine = SafeEngine(engine)
         self.store = store or MinioStore(
             settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
-            secure=settings.s3_secure,
+            secure=settings.s3_secure, ca_file=settings.s3_ca_file,
         )
         self.host = HostTier(
             settings.host_dir / "warm",
@@ -117,6 +117,7 @@ class WorkerApp:
             policy=load_config(settings.worker_policy_file),
             slot_queue_depth=settings.worker_slot_queue_depth,
             slot_retry_after_s=settings.worker_slot_retry_after_s,
+            hot_level=settings.worker_hot_level,
         )
         manager = self.manager
         self.metrics.versions_placed = lambda: [  # gone versions' series are removed
