@@ -27,7 +27,7 @@ of the stored statistics, so a takeover does not reshuffle the cluster on no evi
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -120,6 +120,9 @@ class AdaptiveRanking:
         self._vindex: dict[str, int] = {}
         self._windex: dict[str, int] = {}
         self._bindex: dict[str, int] = {}
+        self._first_groups: list[int] = []
+        self._vids: list[str] = []
+        self._position_keys: list[float] = []
         self._online: AdaptiveHeatOnline | None = None
         self._cols = (_Latest(), _Latest(), _Latest(), _Latest())
         self._clock = 0
@@ -207,18 +210,19 @@ class AdaptiveRanking:
         if online is None or not self.ready:
             return None
         n_bm = max(1, len(self._bindex))
-        groups: dict[int, list[tuple[tuple[float, float], int, str]]] = {}
-        first_worker = 0
-        for vid, vi in self._vindex.items():
-            g = online.home_group(vi)
-            if g < 0:
-                g = first_worker * n_bm + self._bindex.get(self._versions[vi].base_model, 0)
-            groups.setdefault(g, []).append((online.hot_rank(g, vi), vi, vid))
-        hot: dict[str, float] = {}
-        for members in groups.values():
-            members.sort(reverse=True)
-            for pos, (_, _, vid) in enumerate(members):
-                hot[vid] = -pos / max(1, self._slots)
+        # a version not served yet ranks in the first worker's group of its base model
+        home, hot_rank = online.home_group, online.hot_rank
+        homes = [g if (g := home(vi)) >= 0 else first
+                 for vi, first in enumerate(self._first_groups)]
+        # by group, then from the top of the group's order (highest rank, then version) down:
+        # each group's run gets its positions' keys 0, -1/slots, -2/slots, ...
+        ordered = sorted(((g, hot_rank(g, vi), vi) for vi, g in enumerate(homes)), reverse=True)
+        sizes = Counter(homes)
+        keys: list[float] = []
+        for g in sorted(sizes, reverse=True):
+            keys.extend(self._position_keys[: sizes[g]])
+        vids = self._vids
+        hot = dict(zip([vids[vi] for _, _, vi in ordered], keys, strict=True))
         warm: dict[tuple[str, str], float] = {}
         for wid, vid in resident:
             w_at = self._windex.get(wid)
@@ -246,6 +250,13 @@ class AdaptiveRanking:
         bms = sorted({bm for w in self._workers for bm, _ in w[1]} | {r.base_model for r in vs})
         self._bindex = {bm: i for i, bm in enumerate(bms)}
         self._slots = max((s for w in self._workers for _, s in w[1]), default=0)
+        first_worker = 0
+        self._first_groups = [first_worker * max(1, len(bms)) + self._bindex.get(r.base_model, 0)
+                              for r in vs]
+        """Per version, the slot group it ranks in until its first request is served there."""
+        self._vids = [r.version_id for r in vs]
+        self._position_keys = [-pos / max(1, self._slots) for pos in range(len(vs))]
+        """HOT keep key of the version at each position of a group's order."""
         self._resident = {}
         self.seen = 0
         self._clock = 0
