@@ -16,7 +16,17 @@ Adapters are the signed demo adapters, released with the ``loraplane`` CLI.
     from the stable version, diverge once it is HOT, and the analysis aborts it
     (``golden_set_failed``, audited with the diverging answer); stable answers every
     request, the canary's golden failures stop at the golden set's size on its one
-    worker, it is demoted, and nothing is routed to it after the abort plus the drain bound.
+    worker, it is demoted, and nothing is routed to it after the abort plus the drain bound;
+(d) a canary whose tenant requests fail after load (it serves from a second vLLM worker
+    whose engine process is then stopped: the requests time out there) is aborted
+    (``error_rate``) with no more failures than the rule's budget plus one, nothing is
+    routed to it after the abort plus the drain bound, and once the engine resumes it is
+    out of HOT in that worker's own ``GetState``;
+(e) a stable version with nothing to roll back to whose requests fail (reported on
+    ``adapter.heat`` as the gateways report them) is withdrawn once across two SIGKILLed
+    leaders (one killed before deciding, one right after the step): one
+    ``version.withdraw`` entry, no step by the other two, out of HOT in the worker's
+    ``GetState``, its requests refused ``version_withdrawn`` by the gateway.
 
 Each prints, as ``[measure]``: time from the share being set to the decision, requests
 the canary served, failures it caused.
@@ -29,6 +39,7 @@ import contextlib
 import gc
 import json
 import shutil
+import signal
 import time
 import uuid
 from collections import Counter
@@ -40,17 +51,25 @@ from urllib.parse import urlparse
 
 import asyncpg
 import grpc
+import psutil
 import pytest
 from minio import Minio
 from prometheus_client import CollectorRegistry
 
+from loraplane.cache_manager.canary_analysis import AnalysisRules, wilson_bounds
 from loraplane.cache_manager.canary_runner import ACTOR, REASON_PREFIX
 from loraplane.cache_manager.model import Ref
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.shared.errors import LoraplaneError
 from loraplane.stack.stack import Stack
-from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from loraplane.v1 import (
+    common_pb2,
+    inference_pb2,
+    inference_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.vllm_engine import VllmEngine
 from tests.integration.platform.support import (
@@ -61,7 +80,8 @@ from tests.integration.platform.support import (
     run_cli,
     worker_settings,
 )
-from tests.support.cache_manager import Launcher, Manager
+from tests.support import eventgen as eg
+from tests.support.cache_manager import Bus, Launcher, Manager
 from tests.support.registry import TOKEN
 
 pytestmark = pytest.mark.engine
@@ -91,6 +111,8 @@ class Canaries:
     tenant: str
     key: str
     workdir: Path
+    worker_address: str
+    """The fixture's vLLM worker (``WorkerInternal``: its own ``GetState``)."""
 
     def adapter_dir(self, name: str, version: str) -> Path:
         src = next(a for a in self.demo.adapters if (a.name, a.version) == (name, version))
@@ -170,7 +192,7 @@ async def canaries(stack: Stack, tmp_path_factory: pytest.TempPathFactory
             manager = launcher.start(RULES, **env, LORAPLANE_CACHE_MANAGER_GRPC_PORT=str(cm_port))
             await manager.wait_planning(30)
             yield Canaries(stack, demo, cp.dsn, gateway, manager, launcher, env, cp.cli_env,
-                           tenant, key, work)
+                           tenant, key, work, worker.grpc_address)
         finally:
             launcher.stop_all()
             await gateway.stop(1)
@@ -197,6 +219,8 @@ class Traffic:
     failed_at: list[float] = field(default_factory=list)
     """Monotonic time each failed request was sent (``failures``' order)."""
     degraded: int = 0
+    slowest_s: float = 0.0
+    """Longest time an answered request took (send to last message)."""
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _one(self, i: int) -> None:
@@ -211,6 +235,7 @@ class Traffic:
             self.failures.append(f"{err.code().name}: {err.details()}")
             self.failed_at.append(sent)
             return
+        self.slowest_s = max(self.slowest_s, time.monotonic() - sent)
         r = msgs[0].resolved
         if r.degraded_to_base:
             self.degraded += 1
@@ -501,3 +526,350 @@ async def test_c_canary_answering_against_its_golden_set_is_aborted_after_load(
 
     await eventually(demoted, timeout_s=30, every_s=0.5)
 
+
+DEADLINE_FACTOR = 10.0
+"""(d)'s tenant requests are sent with a 60 s deadline until the canary serves; then with
+``max(abort bound, DEADLINE_FACTOR x the slowest answer so far)``: the slowest answer is
+measured on this machine at its present load, so a healthy request never reaches the
+deadline, while one stuck on the wedged engine fails at it; the abort bound (the gateway's
+heat flush + an analysis tick + ``DRAIN_BOUND_S``) keeps the next request to the canary
+from failing before the abort counted the first and reached the gateway."""
+
+
+def _rule_budget(served: int, stable_rate: float, rules: AnalysisRules) -> int:
+    """Failures among ``served`` requests the error rule tolerates (the next one aborts):
+    the real rule's Wilson bound, ``n`` floored at ``min_requests``."""
+    limit = stable_rate + rules.max_error_rate_excess
+    for k in range(1, served + 1):
+        if wilson_bounds(k, max(served, rules.min_requests), rules.confidence)[0] > limit:
+            return k - 1
+    return served
+
+
+def _engine_processes(before: set[int]) -> list[psutil.Process]:
+    """This process' spawned children (vLLM's engine core processes, ``VLLM::EngineCore``;
+    not the cache managers, which run as ``-m loraplane.cache_manager``) not in
+    ``before``."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = f"{p.name()} {' '.join(p.cmdline())}"
+            engine = "spawn_main" in cmd or "EngineCore" in cmd  # vLLM retitles it
+            if p.pid not in before and engine and "resource_tracker" not in cmd:
+                out.append(p)
+    return out
+
+
+async def test_d_canary_whose_requests_fail_after_load_is_aborted_within_the_rule_budget(
+    canaries: Canaries,
+) -> None:
+    """(c) as the issue words it: tenant requests fail after load. The canary loads on a
+    second worker, passes its golden set, is cleared and serves tenants; then that worker's
+    engine hangs (its engine process is stopped: a wedged accelerator or engine, a real
+    failure, not a flag). The worker still answers its probes, so the gateway keeps routing
+    the canary's share there, and those requests fail at their deadline
+    (DEADLINE_EXCEEDED). Stable is HOT on the other worker only (the LRU policy loads a
+    version only where a rule asks: stable by its first requests, before the second worker
+    starts, the canary by a prewarm aimed at the second worker), so it is untouched. Shown: the abort comes with no
+    more failures than the rule's budget, and nothing is routed to the canary after the
+    abort plus the drain bound."""
+    c = canaries
+    name, v1, v2 = "triage", "2026-11-01.1", "2026-11-25.1"
+    # a long dwell: the canary stays at its 50 % share beside stable until it fails
+    analysis = {**ANALYSIS, "dwell_s": 600.0, "window_s": 600.0}
+    rules = AnalysisRules.model_validate(analysis)
+    unique = uuid.uuid4().hex[:6]
+    # the LRU policy only makes room: a version is loaded where a rule asks (a prewarm, the
+    # canary's warm replica), once, so stable and the canary stay where they are put
+    c.launcher.stop_all()
+    port = c.gateway.settings.cache_manager_addr.rpartition(":")[2]
+    manager = c.launcher.start(
+        {"canary": {**RULES["canary"], "analysis": analysis}, "policy": "lru"},
+        **c.manager_env, LORAPLANE_CACHE_MANAGER_GRPC_PORT=port)
+    manager.grpc_port = int(port)
+    ref1 = Ref(c.tenant, name, v1, c.demo.base_model.name)
+    ref2 = Ref(c.tenant, name, v2, c.demo.base_model.name)
+
+    async def hot_on(ref: Ref) -> set[str]:
+        return {w for w, tier in await manager.placement(ref) if tier == common_pb2.TIER_HOT}
+
+    await manager.wait_leader(60)
+    await manager.wait_planning(60)
+    # stable first, while the fixture's worker is the only one: HOT there alone
+    await c.release(name, v1, ("support", "2026-11-01.1"))
+    await c.release(name, v2, ("code", "2026-11-01.1"))
+    await c.cli("promote", f"{c.tenant}/{name}", v1, "--reason", "canary test")
+    await stable_hot(c, name, v1)
+
+    async def stable_placed() -> set[str]:
+        return await hot_on(ref1)  # the manager's view follows the workers' reports
+
+    hot1 = await eventually(stable_placed, timeout_s=30, every_s=0.25)
+    assert len(hot1) == 1, hot1  # loaded once, on one worker
+    # the second worker, empty: the canary goes there
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    wsettings = worker_settings(c.stack, c.demo, c.workdir, f"w-can-b-{unique}",
+                                worker_max_loras=4, worker_max_cpu_loras=6,
+                                worker_drain_timeout_s=10.0)
+    engine = await VllmEngine.start(c.demo.base_model.dir, wsettings.engine_options())
+    core = _engine_processes(before)
+    worker = WorkerApp(wsettings, engine, registry=CollectorRegistry())
+    await worker.start()
+    stopped: list[psutil.Process] = []
+    bus = Bus(c.stack.settings.kafka_bootstrap)
+    await bus.start()
+    try:
+        assert core, "the second engine's process was not found"
+        b, b_address = wsettings.worker_id, worker.grpc_address
+        assert b not in hot1, hot1
+
+        async def both_routable() -> bool:
+            routable = c.gateway.gateway.placement.routable(c.demo.base_model.name)
+            return len(routable) >= 2
+
+        await eventually(both_routable, timeout_s=60, every_s=0.5)
+        # the canary is prewarmed onto the second worker (a prewarm aimed at it)
+        await bus.publish(eg.prewarm(ref2, time.time(), target=b))
+
+        async def canary_hot_there() -> bool:
+            return await hot_on(ref2) == {b}
+
+        await eventually(canary_hot_there, timeout_s=60, every_s=0.5)
+
+        async with traffic(c, name, lanes=1) as t:
+            t0 = time.monotonic()
+            await c.cli("canary", f"{c.tenant}/{name}", v2, "50", "--reason", "canary test")
+
+            async def serving() -> bool:
+                return t.served[v2] >= 3
+
+            await eventually(serving, timeout_s=120, every_s=0.25)
+            # the deadline from this machine's answers; wedged once a request sent with it
+            # was answered (one lane: the request in flight then was sent with it too)
+            abort_bound_s = (c.gateway.settings.heat_flush_interval_s + DRAIN_BOUND_S
+                             + float(c.manager_env["LORAPLANE_CACHE_MANAGER_CANARY_INTERVAL_S"]))
+            deadline_s = t.timeout_s = max(abort_bound_s, DEADLINE_FACTOR * t.slowest_s)
+            deadline_from = time.monotonic()
+
+            async def on_new_deadline() -> bool:
+                return any(ts >= deadline_from for ts, _ in t.answers)
+
+            await eventually(on_new_deadline, timeout_s=60, every_s=0.1)
+            assert await hot_on(ref2) == {b} and b not in await hot_on(ref1)
+            served_before = t.served[v2]
+            for p in core:
+                p.send_signal(signal.SIGSTOP)
+                stopped.append(p)
+            wedged_at = time.monotonic()
+
+            async def aborted() -> Any:
+                row = await c.pointers(name)
+                return row if row["canary_version"] is None else None
+
+            # the first failure is known at its deadline; the analysis' bound runs from then
+            row = await eventually(aborted, timeout_s=deadline_s + ABORT_BOUND_S, every_s=0.25)
+            aborted_at = time.monotonic()
+            # requests go on past the drain bound; the last one sent to the canary before
+            # the abort fails at its deadline
+            await asyncio.sleep(DRAIN_BOUND_S + deadline_s + 2.0)
+        assert row["stable_version"] == v1 and row["canary_percent"] == 0
+        steps = await c.automated_steps(name)
+        assert [(a, f["action"], f["reason"]) for a, f in steps] == [
+            ("release.canary_clear", "clear", "golden_set_passed"),
+            ("release.canary", "abort", "error_rate")], steps
+        fig = steps[1][1]
+        errors, served = fig["canary"]["errors"], fig["canary"]["requests"]
+        budget = _rule_budget(served - fig["canary"]["degraded"],
+                              fig["checks"]["error_rate"]["stable_rate"], rules)
+        late = [(round(ts - aborted_at, 2), v) for ts, v in t.answers
+                if v == v2 and ts > aborted_at + DRAIN_BOUND_S]
+        late_failures = [round(ts - aborted_at, 2) for ts in t.failed_at
+                         if ts > aborted_at + DRAIN_BOUND_S]
+        print(f"[measure] (d) requests fail after load (engine wedged): share set → cleared "
+              f"and serving after {wedged_at - t0:.1f}s ({served_before} canary requests "
+              f"served; request deadline {deadline_s:.1f}s from the slowest answer "
+              f"{t.slowest_s:.2f}s), wedge → abort {aborted_at - wedged_at:.1f}s, share set → "
+              f"abort {aborted_at - t0:.1f}s; the decision counted "
+              f"{errors} failed of {served} canary requests (rule budget {budget} "
+              f"tolerated); tenants saw {len(t.failures)} failures "
+              f"({sorted({f.split(':')[0] for f in t.failures})}); canary served "
+              f"{t.served[v2]}, stable {t.served[v1]}")
+        assert 1 <= errors <= budget + 1, (errors, budget, fig)  # decided at the first excess
+        assert all(f.startswith("DEADLINE_EXCEEDED") for f in t.failures), t.failures
+        # one lane: at most the request the decision counted plus the one in flight meanwhile
+        assert errors <= len(t.failures) <= errors + 1, (t.failures, errors)
+        assert late == [] and late_failures == [], (late, late_failures)
+        assert any(ts > aborted_at and v == v1 for ts, v in t.answers)  # stable answers
+
+        # the engine resumes: the aborted canary is drained and taken out of HOT on that
+        # worker, as the worker itself reports it
+        for p in stopped:
+            p.send_signal(signal.SIGCONT)
+        stopped.clear()
+        resumed_at = time.monotonic()
+
+        async def out_of_hot_on_b() -> bool:
+            async with grpc.aio.insecure_channel(b_address) as ch:
+                state = await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
+                    worker_pb2.GetStateRequest(), timeout=10)
+            return not any((pl.adapter.adapter_name, pl.adapter.version) == (name, v2)
+                           and pl.tier == common_pb2.TIER_HOT for pl in state.placements)
+
+        # the requests stuck in the engine finish, then the demotion (asked every round)
+        # drains within the worker's drain timeout
+        await eventually(out_of_hot_on_b, timeout_s=wsettings.worker_drain_timeout_s + ABORT_BOUND_S,
+                         every_s=0.5)
+        print(f"[measure] (d) engine resumed → canary out of HOT on {b} (its GetState) "
+              f"{time.monotonic() - resumed_at:.1f}s")
+    finally:
+        for p in stopped:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGCONT)
+        await bus.stop()
+        await worker.stop()
+        await engine.close()
+        del engine
+        gc.collect()
+
+
+async def hot_on_worker(address: str, name: str, version: str) -> bool:
+    """Whether the worker at ``address`` itself (its ``GetState``) holds the version HOT."""
+    async with grpc.aio.insecure_channel(address) as ch:
+        state = await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
+            worker_pb2.GetStateRequest(), timeout=10)
+    return any((pl.adapter.adapter_name, pl.adapter.version) == (name, version)
+               and pl.tier == common_pb2.TIER_HOT for pl in state.placements)
+
+
+def withdraw_steps(m: Manager) -> float:
+    """Withdrawals this cache-manager process took (``loraplane_cache_canary_steps``)."""
+    return sum(float(ln.split()[-1]) for ln in m.metric_lines("loraplane_cache_canary_steps")
+               if 'action="withdraw"' in ln and not ln.split("{")[0].endswith("_created"))
+
+
+async def test_e_failing_stable_is_withdrawn_once_across_leader_kills_and_leaves_the_worker(
+    canaries: Canaries,
+) -> None:
+    """A stable version with nothing to roll back to fails after load (its failed requests
+    arrive as the gateways report them, INTERNAL, on ``adapter.heat``; the base model's
+    other stable version serves real requests meanwhile, the reference). The leader that
+    consumed them is killed (SIGKILL) before its next analysis tick; its standby takes the
+    withdrawal and is killed the moment the registry has it; the third leader neither
+    forgets it nor takes it again. Shown from the real parts: one ``version.withdraw``
+    audit entry, one withdraw step over the three processes, the version drained and out
+    of HOT in the vLLM worker's own ``GetState``, its requests refused by the gateway with
+    ``version_withdrawn``."""
+    c = canaries
+    name, ref_name, v1 = "bot", "faq", "2026-11-01.1"
+    bm = c.demo.base_model.name
+    interval_s = float(c.manager_env["LORAPLANE_CACHE_MANAGER_CANARY_INTERVAL_S"])
+    c.launcher.stop_all()
+    port = c.gateway.settings.cache_manager_addr.rpartition(":")[2]
+    # the first leader's analysis ticks at its takeover and then not for 600 s: killed
+    # after consuming the failures, before deciding
+    first = c.launcher.start(RULES, **{**c.manager_env,
+                                       "LORAPLANE_CACHE_MANAGER_CANARY_INTERVAL_S": "600"},
+                             LORAPLANE_CACHE_MANAGER_GRPC_PORT=port)
+    first.grpc_port = int(port)
+    await first.wait_leader(60)
+    await first.wait_planning(60)
+    second = c.launcher.start(RULES, **c.manager_env)
+    await second.wait_up(30)
+    await c.release(name, v1, ("support", "2026-11-01.1"))
+    await c.release(ref_name, v1, ("chat", "2026-11-01.1"))
+    for n in (name, ref_name):  # first releases: no rollback target
+        await c.cli("promote", f"{c.tenant}/{n}", v1, "--reason", "canary test")
+        await stable_hot(c, n, v1)
+    assert await hot_on_worker(c.worker_address, name, v1)
+
+    async def withdrawals() -> list[Any]:
+        conn = await asyncpg.connect(c.dsn)
+        try:
+            return list(await conn.fetch(
+                "SELECT actor, after FROM audit_log WHERE action = 'version.withdraw' "
+                "AND subject = $1", f"{c.tenant}/{name}"))
+        finally:
+            await conn.close()
+
+    ref = Ref(c.tenant, name, v1, bm)
+    bus = Bus(c.stack.settings.kafka_bootstrap)
+    await bus.start()
+    published = 0
+
+    async def failing() -> None:
+        nonlocal published
+        while True:
+            await bus.publish(eg.heat(ref, 4, time.time(), tier=common_pb2.TIER_HOT,
+                                      status=grpc.StatusCode.INTERNAL.value[0]))
+            published += 4
+            await asyncio.sleep(interval_s)
+
+    task = asyncio.create_task(failing())
+    try:
+        async with traffic(c, ref_name, lanes=1) as t:
+            t0 = time.monotonic()
+
+            async def flowing() -> bool:
+                # enough failures and reference requests for the rule, in the window
+                return (published >= 4 * ANALYSIS["min_requests"]
+                        and t.served[v1] >= ANALYSIS["min_requests"])
+
+            await eventually(flowing, timeout_s=60, every_s=0.1)
+            assert withdraw_steps(first) == 0 and await withdrawals() == []
+            first.kill()
+            killed_at = time.monotonic()
+            await second.wait_leader(60)
+            third = c.launcher.start(RULES, **c.manager_env)
+            await third.wait_up(30)
+            led2_at = time.monotonic()
+            rows = await eventually(withdrawals, timeout_s=ABORT_BOUND_S, every_s=0.1)
+            decided_at = time.monotonic()
+            second.kill()  # the moment the registry has the step: its demotion may be unsent
+            await third.wait_leader(60)
+            await third.wait_planning(60)
+            led_at = time.monotonic()
+
+            async def out_of_hot() -> bool:
+                return not await hot_on_worker(c.worker_address, name, v1)
+
+            # drained (the worker's drain timeout) and taken out of HOT
+            await eventually(out_of_hot, timeout_s=ABORT_BOUND_S, every_s=0.25)
+            out_at = time.monotonic()
+            # failures keep arriving: the third leader's analysis sees them for 20 ticks
+            # and takes no second step
+            await asyncio.sleep(20 * interval_s)
+            third_steps = withdraw_steps(third)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await bus.stop()
+    assert len(await withdrawals()) == 1 and rows[0]["actor"] == ACTOR, rows
+    after = json.loads(rows[0]["after"]) if isinstance(rows[0]["after"], str) else rows[0]["after"]
+    fig = json.loads(after["withdrawn_reason"][len(REASON_PREFIX):]) \
+        if after["withdrawn_reason"].startswith(REASON_PREFIX) else {}
+    assert third_steps == 0, third_steps  # the third leader did not take it again
+    assert t.failures == [] and t.served[v1] > 0  # the reference served throughout
+
+    async def refused() -> str | None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
+            req = inference_pb2.GenerateRequest(adapter=name, prompt="Hi", max_tokens=1)
+            try:
+                [m async for m in inference_pb2_grpc.InferenceStub(ch).Generate(
+                    req, metadata=(("authorization", f"Bearer {c.key}"),), timeout=30)]
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    return err.details()
+            return None
+
+    detail = await eventually(refused, timeout_s=DRAIN_BOUND_S * 2, every_s=0.25)
+    assert "withdrawn by the canary analysis" in detail, detail
+    stable = fig.get("stable", {})
+    print(f"[measure] (e) failing stable, nothing to roll back to: first leader killed "
+          f"undecided {killed_at - t0:.1f}s after the failures began; its standby led "
+          f"{led2_at - killed_at:.1f}s later and withdrew {decided_at - led2_at:.1f}s after "
+          f"that ({stable.get('errors')} failed of {stable.get('requests')}, reference "
+          f"{fig.get('reference', {}).get('requests')} requests), killed at once; the third "
+          f"led {led_at - decided_at:.1f}s after the step; out of HOT in the worker's "
+          f"GetState {out_at - decided_at:.1f}s after the step; 1 version.withdraw entry, "
+          f"0 steps by the first and the third leader; the gateway refuses it: {detail[:90]}")
