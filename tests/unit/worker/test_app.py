@@ -16,12 +16,23 @@ from worker_fakes import BASE, DIMS, LIMITS, DirStore, MakeAdapter, VllmModel
 from loraplane.devkit.keys import DevKeyPair
 from loraplane.v1 import common_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
 from loraplane.worker.app import WorkerApp
+from loraplane.worker.errors import PinLimit
 from loraplane.worker.host_tier import ArtifactSpec
 from loraplane.worker.settings import ZERO_ADAPTER_ENGINE_ID, WorkerSettings
 
 
 @pytest.fixture
 async def app(tmp_path: Path, store: DirStore, keys: DevKeyPair) -> AsyncIterator[WorkerApp]:
+    worker = await start_app(tmp_path, store, keys)
+    try:
+        yield worker
+    finally:
+        await worker.stop(grace_s=0.5)
+
+
+async def start_app(tmp_path: Path, store: DirStore, keys: DevKeyPair, **settings_kw: object
+                    ) -> WorkerApp:
+    """A started worker over the engine double (``settings_kw``: more WorkerSettings)."""
     base = tmp_path / "base"
     base.mkdir()
     (base / "config.json").write_text(json.dumps({
@@ -32,14 +43,11 @@ async def app(tmp_path: Path, store: DirStore, keys: DevKeyPair) -> AsyncIterato
         worker_id="w-unit", worker_grpc_port=0, worker_metrics_port=0, base_model=BASE,
         base_model_dir=base, trusted_keys=str(keys.public_key), worker_host_dir=tmp_path / "h",
         worker_max_loras=LIMITS.max_loras, worker_max_cpu_loras=LIMITS.max_cpu_loras,
-        worker_max_lora_rank=LIMITS.max_lora_rank)
+        worker_max_lora_rank=LIMITS.max_lora_rank, **settings_kw)
     model = VllmModel(LIMITS, step_delay_s=0.001)
     worker = WorkerApp(settings, model, store=store, registry=CollectorRegistry(), kafka=False)
     await worker.start()
-    try:
-        yield worker
-    finally:
-        await worker.stop(grace_s=0.5)
+    return worker
 
 
 def request(spec: ArtifactSpec | None, **kw: object) -> worker_pb2.WorkerGenerateRequest:
@@ -138,3 +146,41 @@ async def test_state_reports_registered_and_slot_resident_versions_apart(
     assert len(app.engine.registered) == len(hot) + 1 == LIMITS.max_loras + 1
     assert in_slot == set(hot) == app.engine.slots.resident
     assert app.zero_adapter.engine_id not in app.engine.slots.resident
+
+
+async def test_hot_level_registered_plans_hot_beyond_the_gpu_slots(
+    tmp_path: Path, store: DirStore, keys: DevKeyPair, make_adapter: MakeAdapter,
+) -> None:
+    """``worker_hot_level`` ``registered``: HOT capacity is ``max_cpu_loras - 1`` (4 here,
+    against 3 at ``slots``), more versions stay HOT than the engine has GPU slots (the least
+    recently used one moved out of its slot, still registered), and pins stay within the GPU
+    slots (``max_loras - 1``)."""
+    app = await start_app(tmp_path, store, keys, worker_hot_level="registered")
+    try:
+        assert app.manager.hot_capacity == LIMITS.max_cpu_loras - 1 > LIMITS.max_loras
+        specs = [make_adapter() for _ in range(LIMITS.max_cpu_loras - 1)]
+        for spec in specs:
+            await call(app, request(spec, request_class=common_pb2.REQUEST_CLASS_BACKGROUND))
+        state = app.state()
+        cap = state.capacities[0]
+        assert (cap.hot_slots_capacity, cap.hot_slots_used) == (4, 4)
+        assert (cap.gpu_slots, cap.gpu_slots_used) == (LIMITS.max_loras, LIMITS.max_loras)
+        hot = [p for p in state.placements if p.tier == common_pb2.TIER_HOT]
+        assert len(hot) == 4  # none demoted to make room: the first is registered, not in a slot
+        assert {p.engine_id for p in hot if not p.slot_resident} == {specs[0].engine_id}
+        for spec in specs[:LIMITS.max_loras - 1]:
+            await app.manager.pin(spec.engine_id)
+        with pytest.raises(PinLimit, match="engine slots are pinned"):
+            await app.manager.pin(specs[-1].engine_id)
+    finally:
+        await app.stop(grace_s=0.5)
+
+
+def test_hot_level_registered_needs_registrations_beyond_the_slots() -> None:
+    """``registered`` with no registration beyond the GPU slots is refused, naming both."""
+    with pytest.raises(ValueError, match=r"worker_max_cpu_loras - 1 \(3.*worker_max_loras \(3\)"):
+        WorkerSettings(worker_max_loras=3, worker_max_cpu_loras=4, worker_hot_level="registered")
+    with pytest.raises(ValueError, match="worker_hot_level"):
+        WorkerSettings(worker_hot_level="gpu")  # type: ignore[arg-type]
+    assert WorkerSettings(worker_max_loras=3, worker_max_cpu_loras=5,
+                          worker_hot_level="registered").worker_hot_level == "registered"
