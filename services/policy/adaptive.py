@@ -58,6 +58,7 @@ one worker.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import OrderedDict
 from collections.abc import Container, Mapping
 from heapq import heapify, heappop, heappush, heapreplace
@@ -83,6 +84,9 @@ _SMOOTH = GAP_SMOOTHING
 _NEVER = math.inf
 _GONE = -math.inf
 """Death time / key of a superseded version: first to go."""
+_OUT = math.nan
+"""A :class:`_HeatRank` key of a version that is not a member (NaN compares unequal to every
+heap entry, so all its entries are stale)."""
 
 
 class _Record:
@@ -126,6 +130,10 @@ class _HeatRank:
     ``dies``; a request that *raises* its heat or pushes its end later changes only the shared
     arrays (the entry is then a lower bound, refreshed when it reaches the top), one that lowers
     them pushes a new entry. So a request usually costs no heap operation.
+
+    ``key`` and ``dies`` hold one C double per version (``array('d')``): the garbage collector
+    does not traverse them, where a list of 10,000 floats per rank, two ranks per slot group,
+    made each full collection walk millions of references (issue 18).
     """
 
     __slots__ = ("alive", "death", "dies", "ends", "heat", "key", "lim", "n")
@@ -133,9 +141,9 @@ class _HeatRank:
     def __init__(self, n: int, heat: list[float], ends: list[float]) -> None:
         self.alive: list[tuple[float, int]] = []
         self.death: list[tuple[float, int]] = []
-        self.key: list[float | None] = [None] * n
-        """Key of each member's current entry in ``alive`` (None: not a member)."""
-        self.dies: list[float] = [_NEVER] * n
+        self.key: array[float] = array("d", [_OUT]) * n
+        """Key of each member's current entry in ``alive`` (``_OUT``, NaN: not a member)."""
+        self.dies: array[float] = array("d", [_NEVER]) * n
         """End of each member's current entry in ``death`` (``_NEVER``: none)."""
         self.heat = heat
         self.ends = ends
@@ -149,7 +157,7 @@ class _HeatRank:
         h = self.heat[v]
         d = self.ends[v]
         k = self.key[v]
-        if k is None:
+        if math.isnan(k):
             self.n += 1
             self.key[v] = h
             heappush(self.alive, (h, v))
@@ -166,16 +174,16 @@ class _HeatRank:
 
     def drop(self, v: int) -> None:
         """Remove ``v`` (its entries become stale)."""
-        if self.key[v] is not None:
+        if not math.isnan(self.key[v]):
             self.n -= 1
-            self.key[v] = None
+            self.key[v] = _OUT
             self.dies[v] = _NEVER
 
     def clear(self) -> None:
         """Remove every member."""
         key, dies = self.key, self.dies
         for _, v in self.alive:
-            key[v] = None
+            key[v] = _OUT
             dies[v] = _NEVER
         self.alive, self.death, self.n = [], [], 0
 
@@ -186,7 +194,7 @@ class _HeatRank:
             key, dies = self.key, self.dies
             self.alive = [(k, v) for k, v in self.alive if key[v] == k]
             heapify(self.alive)
-            self.death = [(d, v) for d, v in self.death if key[v] is not None and dies[v] == d]
+            self.death = [(d, v) for d, v in self.death if not math.isnan(key[v]) and dies[v] == d]
             heapify(self.death)
 
     def rescale(self, factor: float) -> None:
@@ -210,7 +218,7 @@ class _HeatRank:
             d, u = death[0]
             if d > clock:
                 break
-            if key[u] is None or dies[u] != d:
+            if math.isnan(key[u]) or dies[u] != d:
                 heappop(death)
                 continue
             e = ends[u]
@@ -261,7 +269,7 @@ class _HeatRank:
             d, u = death[0]
             if d > clock:
                 break
-            if key[u] is None or dies[u] != d:
+            if math.isnan(key[u]) or dies[u] != d:
                 heappop(death)
                 continue
             e = self.ends[u]
@@ -271,7 +279,7 @@ class _HeatRank:
                 continue
             heappop(death)
             self.n -= 1
-            key[u] = None
+            key[u] = _OUT
             dies[u] = _NEVER
             return
         alive = self.alive
@@ -288,7 +296,7 @@ class _HeatRank:
                 continue
             heappop(alive)
             self.n -= 1
-            key[u] = None
+            key[u] = _OUT
             dies[u] = _NEVER
             if len(alive) + len(death) > self.lim:
                 self.compact()
@@ -601,7 +609,7 @@ class AdaptiveHeatOnline:
         heat = self._sh_heat[g]
         hk = heat.key
         k = hk[v]
-        if k is not None:
+        if not math.isnan(k):
             s1 += 1.0
             if hkey < k:
                 hk[v] = hkey
@@ -702,7 +710,7 @@ class AdaptiveHeatOnline:
             if v in od:
                 od.move_to_end(v, last=False)
         for rank in (self._sh_heat[g], self._hot_heat[g]):
-            if rank.key[v] is not None:
+            if not math.isnan(rank.key[v]):
                 rank.put(v)
         for e in (_REUSE, _HEAT):
             if self._sh_key[e][v] is not None:
@@ -730,7 +738,7 @@ class AdaptiveHeatOnline:
             lru[v] = None
         heat = self._sh_heat[g]
         k = heat.key[v]
-        if k is not None:
+        if not math.isnan(k):
             s1 += 1.0
             # a raised heat / later end keeps the old entries as lower bounds (see _HeatRank)
             h = self._hkey[v]
@@ -883,7 +891,7 @@ class AdaptiveHeatOnline:
             rank = self._hot_heat[g]
             key = rank.key
             k = key[v]
-            if k is None:
+            if math.isnan(k):
                 rank.put(v)
             else:
                 h = self._hkey[v]
@@ -951,9 +959,9 @@ class AdaptiveHeatOnline:
             prot.pop(v, None)
         if self._lead_hot[g] == _HEAT:
             rank = self._hot_heat[g]
-            if rank.key[v] is not None:
+            if not math.isnan(rank.key[v]):
                 rank.n -= 1
-                rank.key[v] = None
+                rank.key[v] = _OUT
                 rank.dies[v] = _NEVER
         self._in_hot[v] = False
         w = self._worker_of[v]
