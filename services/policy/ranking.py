@@ -92,14 +92,11 @@ class RankedWorker:
     """Versions with files here (HOT ∪ WARM): one that leaves counts as a WARM eviction."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Request:
-    version_id: str
-    worker_id: str
-    request_class: int
-    priority: int
-    canary: int
-    at: float
+_Request = tuple[str, str, int, int, int, float]
+"""One kept request (of up to ``history``): version id, worker id, class code, priority code,
+canary (0/1), event time. A plain tuple of strings and numbers, which the garbage collector
+stops tracking (an exact tuple only: not a NamedTuple or dataclass), where 50,000 tracked
+objects would be walked by every full collection (issue 18)."""
 
 
 class AdaptiveRanking:
@@ -147,8 +144,8 @@ class AdaptiveRanking:
         """The request's arrival (:meth:`AdaptiveHeatOnline.on_request`); :meth:`served`
         must follow before the next one. Apart for a caller that sees evictions in between,
         as the simulator does."""
-        req = _Request(version_id, worker_id, CLASS_CODE[request_class], PRIORITY_CODE[priority],
-                       1 if canary else 0, at)
+        req: _Request = (version_id, worker_id, CLASS_CODE[request_class],
+                         PRIORITY_CODE[priority], 1 if canary else 0, at)
         self._log.append(req)
         self._arrive(req)
 
@@ -283,23 +280,24 @@ class AdaptiveRanking:
         online = self._online
         if online is None:
             return
-        vi = self._vindex.get(req.version_id)
+        version_id, _, request_class, priority, is_canary, at = req
+        vi = self._vindex.get(version_id)
         if vi is None:
             return
         versions, classes, priorities, canary = self._cols
         versions.value = vi
-        classes.value = req.request_class
-        priorities.value = req.priority
-        canary.value = req.canary
-        online.on_request(self._clock, vi, req.at)
+        classes.value = request_class
+        priorities.value = priority
+        canary.value = is_canary
+        online.on_request(self._clock, vi, at)
         self._clock += 1
         self.seen += 1
         self._current = req
 
     def _serve(self, req: _Request) -> None:
         online = self._online
-        wi = self._windex.get(req.worker_id)
-        vi = self._vindex.get(req.version_id)
+        wi = self._windex.get(req[1])
+        vi = self._vindex.get(req[0])
         if online is not None and wi is not None and vi is not None:
             bi = self._bindex[self._versions[vi].base_model]
             online.note_served(wi * max(1, len(self._bindex)) + bi, wi, vi)
