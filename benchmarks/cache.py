@@ -43,6 +43,7 @@ from typing import Any
 
 from loraplane.cache_manager.core import CacheCore
 from loraplane.cache_manager.kafka_io import EventSource
+from loraplane.cache_manager.leader import freeze_state, thaw_state
 from loraplane.cache_manager.messages import build_command
 from loraplane.cache_manager.model import Ref
 from loraplane.cache_manager.rules import RulesConfig
@@ -128,6 +129,7 @@ def bench_rounds(n_workers: int, n_versions: int, slots: int, rounds: int, shard
     the ``HotOrder`` commands a round sends (each taken as published, as the leader marks
     them: :meth:`Planner.hot_order_sent`)."""
     core, refs, now = _fleet(n_workers, n_versions, slots, shards=shards, ranked=ranked)
+    freeze_state()  # the state is rebuilt: what the leader does before it plans
     rng = random.Random(11)
     t = now
     first = time.perf_counter()
@@ -159,6 +161,7 @@ def bench_rounds(n_workers: int, n_versions: int, slots: int, rounds: int, shard
         commands += len(res.issued)
         hot_orders += sent(res)
         _answer_all(core, res.issued, t)
+    thaw_state(False)  # this fleet's leadership ends: the next one is built unfrozen
     return {"workers": n_workers, "versions": n_versions, "slots": slots, "shards": shards,
             "ranked": res.round.snapshot.ranks is not None, "first_round_ms": first_s * 1e3,
             "commands": commands, "hot_orders_per_round": hot_orders / rounds,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 import uuid
@@ -80,6 +81,28 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "heat": (topics.ADAPTER_HEAT,),
 }
 """The two consumers of the leader and their topics."""
+
+
+def freeze_state() -> None:
+    """Take every object the process holds now out of the garbage collector's reach
+    (``gc.freeze``): called when a leader's rebuilt state starts planning. That state (version
+    records and metadata, the policy's and the adaptive ranking's per-version structures) lives
+    as long as the leadership, and a full collection walking it took ~90-100 ms at 64 workers x
+    10,000 versions, inside a round every 20-40 rounds; frozen, a full collection walks only
+    what came after (1-4 ms there). Decisions do not depend on it. A round or a ranking
+    rebuild leaves no cyclic garbage (``gc.collect()`` finds none), so nothing frozen is held
+    past its use; what a leadership leaves behind is freed by :func:`thaw_state`."""
+    gc.freeze()
+
+
+def thaw_state(still_leading: bool) -> None:
+    """A leadership ended and its state was dropped: give the frozen objects back to the
+    collector and collect (any cycle among them is freed), then freeze again what the
+    process's other shards still hold (``still_leading``)."""
+    gc.unfreeze()
+    gc.collect()
+    if still_leading:
+        gc.freeze()
 
 
 class LostLeadership(Exception):
@@ -228,6 +251,7 @@ class CacheManagerService:
                 self.core = None
                 self.ready = False
                 self._leading(False)
+                thaw_state(bool(_holder(self._registry).leading))
                 await lock.release()
         await lock.release()
 
@@ -555,6 +579,7 @@ class CacheManagerService:
                     self._trigger.clear()
                     continue
                 self.ready = True
+                freeze_state()
                 self.metrics.takeover_seconds.observe(time.perf_counter() - started)
                 log.info("state rebuilt in %.2fs (%s): %splanning starts",
                          time.perf_counter() - started, "all workers synced" if synced
