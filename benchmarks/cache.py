@@ -129,13 +129,13 @@ def bench_rounds(n_workers: int, n_versions: int, slots: int, rounds: int, shard
     the ``HotOrder`` commands a round sends (each taken as published, as the leader marks
     them: :meth:`Planner.hot_order_sent`)."""
     core, refs, now = _fleet(n_workers, n_versions, slots, shards=shards, ranked=ranked)
-    freeze_state()  # the state is rebuilt: what the leader does before it plans
     rng = random.Random(11)
     t = now
     first = time.perf_counter()
     res = core.round(t)
     first_s = time.perf_counter() - first
     commands = len(res.issued)
+    freeze_state()  # what the leader does after its first round on the rebuilt state
 
     def sent(res: Any) -> int:
         for wid, order in res.round.hot_orders.items():
