@@ -25,8 +25,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from loraplane.cache_manager import store
 from loraplane.cache_manager.core import CacheCore
-from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.leader import CacheManagerService, _holder
+from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.policy.config import PolicyConfig
 from loraplane.shared.db import connect

@@ -7,8 +7,8 @@ from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager import store
 from loraplane.cache_manager.core import CacheCore
-from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.leader import CacheManagerService
+from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.policy.config import load_config
 from loraplane.policy.factory import make_policy

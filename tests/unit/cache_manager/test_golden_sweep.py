@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import CacheCore
+from loraplane.cache_manager.leader import CacheManagerService
 from loraplane.cache_manager.model import VersionRecord
 from loraplane.cache_manager.rules import GoldenPrompt, rules_from_mapping
-from loraplane.cache_manager.leader import CacheManagerService
 from loraplane.cache_manager.settings import CacheManagerSettings
 from loraplane.cache_manager.shadow import ShadowResult, judge_answer
 from loraplane.policy.config import PolicyConfig
