@@ -59,7 +59,7 @@ from loraplane.policy.plan import ActionKind, Plan, Reason
 from loraplane.policy.planner import by_base_model, total_bytes
 from loraplane.policy.predicates import max_pins, protection_of
 from loraplane.policy.ranking import RankedVersion, RankedWorker
-from loraplane.policy.score import hot_terms
+from loraplane.policy.score import hot_terms, warm_value
 from loraplane.policy.snapshot import Snapshot, VersionMeta, WorkerState
 from loraplane.policy.stats import StatsView
 from loraplane.policy.victims import HotMember, hot_victim
@@ -422,6 +422,15 @@ class Planner:
             return 0.0
         return float(hot_terms(meta, snapshot.stats_of(vid), now, self.policy_config.score,
                                snapshot.bandwidths).heat)
+
+    def warm_value_of(self, snapshot: Snapshot, vid: str, now: float) -> float:
+        """WARM-ranking value of a version in the snapshot (0 when not in it): its request
+        rate over the WARM window per size, without the HOT heat's liveness factor."""
+        meta = snapshot.versions.get(vid)
+        if meta is None:
+            return 0.0
+        return float(warm_value(meta, snapshot.stats_of(vid), now, self.policy_config.score,
+                                snapshot.bandwidths))
 
     # ------------------------------------------------------------------ plan
 
@@ -800,7 +809,12 @@ class Planner:
     ) -> list[CommandSpec]:
         """``LOAD_WARM`` of the ``join_prewarm.top`` hottest requested versions of each base
         model on a worker started within ``join_prewarm.window_s`` that holds none of them
-        (free bytes only): its first requests for them need no download."""
+        (free bytes only): its first requests for them need no download.
+
+        Hottest by the WARM ranking's value (:meth:`warm_value_of`), as the loads are WARM:
+        by a new worker's first rounds (its engine takes seconds to start) the HOT heat's
+        liveness factor has written off every stream idle for many of its own gaps, and
+        ranked a version of one request (no gap known) first, the rest by name."""
         rule = self.rules.join_prewarm
         out: list[CommandSpec] = []
         if rule.top <= 0:
@@ -811,7 +825,7 @@ class Planner:
                 continue
             for bm in sorted(pr.view.capacities):
                 ranked = sorted(
-                    ((self.heat_of(snapshot, vid, now), vid) for vid, m in
+                    ((self.warm_value_of(snapshot, vid, now), vid) for vid, m in
                      snapshot.versions.items()
                      if m.base_model == bm and snapshot.stats_of(vid).requests > 0),
                     key=lambda hv: (-hv[0], hv[1]))[: rule.top]
@@ -826,7 +840,7 @@ class Planner:
                     out.append(CommandSpec(
                         CommandKind.LOAD_WARM, wid, vid, Reason.HEAT,
                         f"worker joined: among the {rule.top} hottest of {bm} "
-                        f"(heat {heat:.2f})", source="rule:join_prewarm"))
+                        f"(WARM value {heat:.3g})", source="rule:join_prewarm"))
                     pr.apply(CommandKind.LOAD_WARM, vid)
         return out
 

@@ -267,8 +267,8 @@ class JoinPrewarmRules(_Strict):
     """A worker that (re)started recently gets the hottest versions of its base models WARM."""
 
     top: int = Field(default=0, ge=0)
-    """Versions per base model, hottest first (the planner's HOT heat; requested ones only);
-    0 = off."""
+    """Versions per base model, hottest first (the WARM ranking's value: request rate over
+    the WARM window per size, as the loads are WARM; requested ones only); 0 = off."""
     window_s: float = Field(default=300.0, gt=0)
     """How long after the worker's start the rule applies."""
 

@@ -218,3 +218,32 @@ def test_a_worker_that_joined_gets_the_hottest_versions_warm() -> None:
     setup(late, ev.WorkerSpec("new", started_at=T0 - 400), versions=(hot_a,))
     late.apply(ev.heat(hot_a, 50, T0), T0)
     assert not [k for k in kinds(late.round(T0 + 1)) if k[0] == "load_warm"]
+
+
+def test_join_prewarm_ranks_by_the_warm_value_not_the_hot_liveness() -> None:
+    """A joining worker's engine takes seconds to start: by its first round the versions'
+    request streams may look ended to the HOT heat (idle for many of their own gaps, so
+    its liveness factor is ~0 for every version with a gap, and 1 for a version of one
+    request), which would rank them by a version with a single request first and then by
+    name. The rule loads WARM, so it ranks by the WARM value (request rate over the WARM
+    window, no liveness): the most requested first, whatever their names and idle times."""
+    rules = rules_from_mapping(
+        {"join_prewarm": {"top": 2, "window_s": 300}, "demand": {"enabled": False}}
+    )
+    core = make_core(rules=rules)
+    most, second, once = ev.ref("zz-most"), ev.ref("yy-second"), ev.ref("aa-once")
+    setup(core, versions=(most, second, once))
+    t = T0
+    for r, n in ((once, 1), (second, 6), (most, 8)):  # back to back, as a client sends them
+        for _ in range(n):
+            core.apply(ev.heat(r, 1, t), t)
+            t += 0.3
+    for w in (ev.WorkerSpec("old", slots=3,
+                            held=[ev.Held(most), ev.Held(second), ev.Held(once)]),
+              ev.WorkerSpec("new", started_at=T0 + 25)):
+        core.apply(ev.snapshot(w, 1, T0 + 29), T0 + 29)
+    res = core.round(T0 + 30)  # ~25 s idle: ~85 gaps of 0.3 s
+    warm = sorted(k for k in kinds(res) if k[0] == "load_warm" and k[1] == "new")
+    assert warm == sorted(
+        [("load_warm", "new", most.version_id), ("load_warm", "new", second.version_id)]
+    )
