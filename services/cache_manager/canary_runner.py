@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -423,12 +424,18 @@ class CanaryRunner:
             return
         rules = self.rules_for(tenant, name)
         fig = self.window.figures(vid, now - rules.window_s, now)
-        if fig.golden_failed > rules.golden_max_failures:
+        # every golden-set run kept, whenever it finished: one that finished while this
+        # tick awaited the registry is later than ``now`` (``golden_pending`` had seen it),
+        # and one older than the window still passed
+        golden = self.window.figures(vid, -math.inf, math.inf)
+        if golden.golden_failed > rules.golden_max_failures:
             return  # the analysis aborts it
-        figures = {"action": "clear", "reason": "golden_set_passed" if fig.golden_ok
+        figures = {"action": "clear", "reason": "golden_set_passed" if golden.golden_ok
                    else "no_golden_set", "from_percent": run.percent,
                    "to_percent": run.percent,
-                   "canary": {"version": run.version, **fig.as_dict()}}
+                   "canary": {"version": run.version, **fig.as_dict(),
+                              "golden_ok": golden.golden_ok,
+                              "golden_failed": golden.golden_failed}}
         await self.actions.clear(tenant, name, run.version, REASON_PREFIX + json.dumps(
             figures, sort_keys=True, separators=(",", ":")))
         self.cleared.append(adapter_id)

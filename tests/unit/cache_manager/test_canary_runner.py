@@ -411,6 +411,27 @@ async def test_a_canary_is_cleared_for_tenant_traffic_only_once_its_golden_set_p
     assert len(reg.calls) == 1 and runner.cleared == [ADAPTER]  # once
 
 
+async def test_a_golden_set_that_passed_after_the_ticks_clock_read_clears_it_as_passed() -> None:
+    """A golden-set run that finished while the tick awaited the registry is stamped later
+    than the tick's ``now`` (and one older than the window still passed): the clearance
+    names the pass, never ``no_golden_set`` (the CI's (d) case once read it so, at load)."""
+    for finished_at in (T0 + 2.5, T0 + 2 - 10_000.0):
+        reg, store = FakeRegistry(percent=20), MemStore()
+        reg.uncleared.add(ADAPTER)
+        store.reg = reg
+        runner, state = make(reg, store)
+        state.versions[CANARY] = _record(CANARY)
+        runner.golden_pending = lambda vid, w=runner.window: not w.golden_seen(vid)
+        await runner.start()
+        await runner.tick(state, T0)
+        assert reg.calls == []
+        runner.window.golden(CANARY, finished_at, ok=1, failed=0)
+        await runner.tick(state, T0 + 2)
+        assert [c[:2] for c in reg.calls] == [("clear", "v2")], finished_at
+        assert '"reason":"golden_set_passed"' in reg.calls[0][2], reg.calls[0][2]
+        assert '"golden_ok":1' in reg.calls[0][2]
+
+
 async def test_a_canary_failing_its_golden_set_is_aborted_never_cleared() -> None:
     reg, store = FakeRegistry(percent=20), MemStore()
     reg.uncleared.add(ADAPTER)
