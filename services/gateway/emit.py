@@ -241,6 +241,8 @@ class PrewarmRequester:
         self._clock = clock
         self._last: dict[tuple[str, str, str], float] = {}
         self._queue: list[events_pb2.PrewarmRequested] = []
+        self._sending = 0
+        """Requests of the flush in progress not published yet (taken off the queue)."""
         self.published = 0
         """Prewarm requests published."""
 
@@ -260,7 +262,7 @@ class PrewarmRequester:
         if last is not None and now - last < self._dedupe_s:
             return False
         self._last[key] = now
-        if len(self._queue) >= self._max_pending:
+        if self.pending >= self._max_pending:
             self.dropped += 1
             return False
         self._queue.append(
@@ -276,21 +278,27 @@ class PrewarmRequester:
 
     @property
     def pending(self) -> int:
-        """Requests waiting to be published."""
-        return len(self._queue)
+        """Requests waiting to be published, those of a flush in progress included (so a
+        request queued is always counted in ``pending`` or ``published``)."""
+        return len(self._queue) + self._sending
 
     async def flush(self) -> int:
         """Publish the queued requests; a failed one is kept for the next flush."""
         queue, self._queue = self._queue, []
+        self._sending = len(queue)
         sent = 0
-        for i, msg in enumerate(queue):
-            try:
-                await self._publisher.publish(topics.ADAPTER_PREWARM, msg)
-            except Exception:
-                self._queue[:0] = queue[i:]
-                raise
-            sent += 1
-        self.published += sent
+        try:
+            for i, msg in enumerate(queue):
+                try:
+                    await self._publisher.publish(topics.ADAPTER_PREWARM, msg)
+                except BaseException:
+                    self._queue[:0] = queue[i:]
+                    raise
+                sent += 1
+                self._sending -= 1
+                self.published += 1
+        finally:
+            self._sending = 0
         return sent
 
 

@@ -187,3 +187,26 @@ async def test_prewarm_queue_is_bounded_while_kafka_is_away() -> None:
             for i, r in enumerate(refs)] == [True, True, False]
     assert (pre.pending, pre.dropped) == (2, 1)
     assert await pre.flush() == 2
+
+
+async def test_prewarm_requests_a_flush_is_publishing_still_count_as_pending() -> None:
+    """A prewarm request is always in ``pending`` or ``published``: while a flush waits on
+    the broker, the ones it took are pending (the end-to-end test once read 0 + 0 right
+    after a cold miss asked for one, the flusher holding it); a cancelled flush keeps what
+    it had not published."""
+    rec = Gated()
+    pre = PrewarmRequester(rec, producer="gateway/t")
+    for v in ("v1", "v2"):
+        pre.request(common_pb2.AdapterRef(tenant_id="acme", adapter_name="a", version=v), 1,
+                    common_pb2.REQUEST_CLASS_INTERACTIVE, "cold_miss")
+    flush = asyncio.create_task(pre.flush())
+    while not rec.waiting:
+        await asyncio.sleep(0)
+    assert (pre.pending, pre.published) == (2, 0)
+    flush.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await flush
+    assert (pre.pending, pre.published) == (2, 0)
+    rec.gate.set()
+    assert await pre.flush() == 2
+    assert (pre.pending, pre.published) == (0, 2)
