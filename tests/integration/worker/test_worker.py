@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from worker_support import MAX_TOKENS, PROMPT, Running, Uploaded
 
 from loraplane.shared import codec, topics
@@ -305,12 +305,20 @@ async def test_heat_metrics_and_state_are_reported(running: Running) -> None:
     up = running.env.adapters["support@2026-11-01.1"]
     await running.app.manager.load(up.spec, HOT)
     req = request(up)
-    msgs = await generate(running, req)
+    # read from the topic's end before the request, not from its earliest offset: the
+    # session's other tests (the isolation floods) leave many thousand heat records there,
+    # and scanning them all once took longer than the wait below
     consumer = AIOKafkaConsumer(
-        topics.ADAPTER_HEAT, bootstrap_servers=running.env.stack.settings.kafka_bootstrap,
-        group_id=f"heat-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest",
-        enable_auto_commit=False)
+        bootstrap_servers=running.env.stack.settings.kafka_bootstrap, enable_auto_commit=False)
     await consumer.start()
+    await consumer.topics()  # the cluster's metadata, partitions of every topic
+    parts = [TopicPartition(topics.ADAPTER_HEAT, p)
+             for p in sorted(consumer.partitions_for_topic(topics.ADAPTER_HEAT) or ())]
+    assert parts, "adapter.heat has no partitions"
+    consumer.assign(parts)
+    for tp, end in (await consumer.end_offsets(parts)).items():
+        consumer.seek(tp, end)
+    msgs = await generate(running, req)
     found = None
     try:
         async with asyncio.timeout(30):
