@@ -22,7 +22,13 @@ object-store GET + sha256 of the same bytes, measured in one run.
    the repetitions), the best-of-N figures (``*_best``: less sensitive to other load on a
    shared machine) and the breakdown (medians, seconds): ``download_s`` (wall) and, inside
    it, the busy times ``get_s`` / ``hash_s`` / ``write_s`` (summed over the files; they
-   overlap), ``verify_s`` (of which ``place_s``), ``register_s``; MB = 10^6 bytes;
+   overlap), ``verify_s`` (of which ``place_s``), ``register_s``; and the COLD load's wall
+   time step by step along its critical path (``steps_s``, :data:`STEPS`: version lock,
+   checks, the download of the file that finished last as dispatch / GET headers / stream /
+   drain / loop wake-up, the verification's hops, checks and placement, the slot search,
+   ``add_lora``, the bookkeeping after it; ``rest`` = what they leave of the wall time),
+   ``outside_s`` (the load less download, verify and ``add_lora``) and ``gc_s`` (the
+   collector's time inside the load); MB = 10^6 bytes;
 5. per size, on the raw engine: **registered → slot** (``activation_s``: TTFT of one-token
    requests whose registered adapter must first be moved into one of the ``max_loras``
    slots, minus TTFT when it is in a slot already) and ``activate_adapter_s``: vLLM's own
@@ -51,7 +57,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +86,15 @@ BENCH_MODEL = "loraplane/bench-llama"
 BUCKET = "loraplane-artifacts"
 MAX_LORA_RANK = 256
 SEED = 20261129
+STEPS = ("lock", "prepare", "dispatch", "open", "stream", "tail", "resume", "verify hops",
+         "check", "place", "ready", "room", "register", "finish", "account")
+"""The steps of a COLD→HOT load in order (``LoadOutcome`` and its ``FetchTiming``): the
+version lock; the spec's checks and the byte reservation (and a listing); the download
+of the file that finished last: its thread's dispatch, GET until headers, the stream to
+its last byte, the drain of the hasher / writer threads (and the signature check when
+it is the bundle), the loop's wake-up; the verification's thread hops, the digest and
+rank checks, meta.json + rename; the placement's bookkeeping, the slot search (room
+lock), ``add_lora``, the outcome, the metrics after it."""
 
 
 def _repo_root() -> Path:
@@ -153,6 +168,16 @@ class SizeResult:
     status: str = ""
     """``met``, ``missed``, or ``unreachable (ceiling x)`` when the ceiling is below the
     target."""
+    steps_s: dict[str, float] = field(default_factory=dict)
+    """The COLD load's wall time step by step along its critical path (:data:`STEPS`, in
+    order; medians, seconds): each step's median, and ``rest`` the median of what the
+    steps leave of each load's wall time (``pipeline_s`` minus their sum)."""
+    outside_s: float = 0.0
+    """Median of ``pipeline_i - download_i - verify_i - register_i``: the part of a COLD
+    load outside the three stages (version lock, checks, slot search, bookkeeping)."""
+    gc_s: float = 0.0
+    """Median time the bench process spent in the garbage collector during a COLD load
+    (``gc.callbacks``; it lands in whichever step it interrupted)."""
 
 
 def size_status(ratio: float, ceiling: float, target: float = TARGET_RATIO) -> str:
@@ -302,6 +327,7 @@ async def measure(
                     echo.print(f"    raw {rs * 1000:6.0f} ms | " + " ".join(
                         f"{k} {v * 1000:.0f}" for k, v in r.items()))
             med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+            steps = {k[5:]: round(med.pop(k), 5) for k in list(med) if k.startswith("step:")}
             raw_med = statistics.median(raw_s)
             pipe_mb_s = size / MB / med["pipeline_s"]
             raw_mb_s = size / MB / raw_med
@@ -317,6 +343,7 @@ async def measure(
                 rank=spec.rank, repeats=repeats,
                 raw_s=round(raw_med, 4), **{k: round(v, 4) for k, v in med.items()},
             )
+            result.steps_s = steps
             result.ratio_ceiling = round(raw_med / (raw_med + med["register_s"]), 3)
             result.of_ceiling = round(result.ratio / result.ratio_ceiling, 3)
             # per repetition: the raw GET measured beside it and the add_lora it paid
@@ -360,11 +387,46 @@ async def _raw(store: MinioStore, object_keys: list[str], size: int) -> float:
     return elapsed
 
 
+class _GcTimer:
+    """Time the process spends in the garbage collector (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.total += time.perf_counter() - self._t0
+
+
+def cold_steps(pipeline_s: float, cold: Any) -> dict[str, float]:
+    """The COLD load's wall time ``pipeline_s`` along :data:`STEPS` (seconds) from its
+    ``LoadOutcome``, with ``rest``: what the steps leave of it."""
+    f = cold.fetch
+    steps = {
+        "lock": cold.lock_s, "prepare": f.prepare_s + f.list_s, "dispatch": f.dispatch_s,
+        "open": f.open_s, "stream": f.stream_s, "tail": f.tail_s, "resume": f.resume_s,
+        "verify hops": f.verify_hops_s, "check": f.check_s, "place": f.place_s,
+        "ready": cold.ready_s, "room": cold.slot_wait_s, "register": cold.register_s,
+        "finish": cold.finish_s, "account": cold.account_s,
+    }
+    steps["rest"] = pipeline_s - sum(steps.values())
+    return steps
+
+
 async def _pipeline(manager: AdapterManager, spec: ArtifactSpec) -> dict[str, float]:
-    """COLD->HOT, then demote and WARM->HOT, then delete; returns the timings."""
-    t0 = time.perf_counter()
-    cold = await manager.load(spec, TIER_HOT)
-    total = time.perf_counter() - t0
+    """COLD->HOT, then demote and WARM->HOT, then delete; returns the timings (the COLD
+    load's :func:`cold_steps` as ``step:<name>``)."""
+    timer = _GcTimer()
+    gc.callbacks.append(timer)
+    try:
+        t0 = time.perf_counter()
+        cold = await manager.load(spec, TIER_HOT)
+        total = time.perf_counter() - t0
+    finally:
+        gc.callbacks.remove(timer)
     if cold.source_tier != TIER_COLD or cold.fetch is None:
         raise RuntimeError(f"{spec.name} was not cold")
     await manager.evict(spec.engine_id, TIER_WARM, "bench")
@@ -376,7 +438,9 @@ async def _pipeline(manager: AdapterManager, spec: ArtifactSpec) -> dict[str, fl
         "get_s": cold.fetch.get_s, "hash_s": cold.fetch.hash_s, "write_s": cold.fetch.write_s,
         "place_s": cold.fetch.place_s,
         "warm_to_hot_s": warm.duration_s, "warm_verify_s": warm.verify_s,
-        "warm_register_s": warm.register_s,
+        "warm_register_s": warm.register_s, "gc_s": timer.total,
+        "outside_s": total - cold.fetch.download_s - cold.fetch.verify_s - cold.register_s,
+        **{f"step:{k}": v for k, v in cold_steps(total, cold).items()},
     }
 
 
@@ -525,6 +589,20 @@ def stage_table(results: list[SizeResult]) -> Table:
     return t
 
 
+def steps_table(results: list[SizeResult]) -> Table:
+    """A COLD load's wall time step by step (:data:`STEPS`; medians, ms): ``rest`` is the
+    median of what the steps leave of each load, ``outside`` the median of the load less
+    its download, verification and ``add_lora``, ``gc`` the collector's time inside it."""
+    t = Table(title="COLD -> HOT step by step (medians, ms; rest = wall - sum of the steps)")
+    for col in ("MB", "COLD→HOT", *STEPS, "rest", "outside", "gc"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(f"{r.size_bytes / MB:.1f}", f"{r.pipeline_s * 1000:.1f}",
+                  *(f"{r.steps_s.get(k, 0.0) * 1000:.2f}" for k in (*STEPS, "rest")),
+                  f"{r.outside_s * 1000:.2f}", f"{r.gc_s * 1000:.2f}")
+    return t
+
+
 def engine_table(results: list[SizeResult]) -> Table:
     """The engine's two levels: WARM → registered and registered → slot."""
     t = Table(title="engine levels: WARM -> registered (add_lora) -> slot (activation), medians")
@@ -578,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
                                       verbose=args.verbose))
     console.print(table(results))
     console.print(stage_table(results))
+    console.print(steps_table(results))
     console.print(engine_table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")

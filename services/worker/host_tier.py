@@ -134,6 +134,51 @@ class FetchTiming:
     place_s: float = 0.0
     """Part of ``verify_s`` spent placing the entry (meta.json and the rename; the
     directory's fsync follows in the background)."""
+    prepare_s: float = 0.0
+    """Before the first GET, besides ``list_s``: the checks of the spec and the location,
+    the byte reservation."""
+    dispatch_s: float = 0.0
+    """Part of ``download_s``: from the downloads' start until the thread of the file that
+    finished last began (the executor's queue, the thread's wake-up)."""
+    open_s: float = 0.0
+    """Part of ``download_s``, that file: its directory and its GET until the response
+    headers."""
+    stream_s: float = 0.0
+    """Part of ``download_s``, that file: first read to last byte read
+    (:attr:`Streamed.stream_s <loraplane.worker.store.Streamed.stream_s>`)."""
+    tail_s: float = 0.0
+    """Part of ``download_s``, that file: last byte read to the file closed (the hasher and
+    writer threads draining), plus the signature check when that file is the bundle."""
+    resume_s: float = 0.0
+    """Part of ``download_s``: from that file's thread ending until the event loop resumed
+    with every file (the wake-up of the loop), and the size checks."""
+    signature_s: float = 0.0
+    """Authenticating the signature bundle, in its download's thread as soon as it has
+    arrived (overlapped with the other files unless the bundle finished last)."""
+    check_s: float = 0.0
+    """Part of ``verify_s``: the streamed digests against the signed ones, the manifest
+    digest against the admitted one, the rank."""
+    verify_hops_s: float = 0.0
+    """Part of ``verify_s``: handing the verification to a thread and the loop's wake-up
+    after it (``verify_s - check_s - place_s``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ran:
+    """When one file's download thread ran (``perf_counter`` instants) and the signature
+    check it did after its download (the bundle's thread only)."""
+
+    started: float
+    ended: float
+    signature_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """Where the verification's time went (:meth:`HostTier._verify_and_place`)."""
+
+    check_s: float
+    place_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +264,7 @@ class HostTier:
         Raises :class:`SourceNotAllowed`, :class:`NoCapacity`, :class:`DownloadFailed`,
         :class:`DigestMismatch` or :class:`RankTooLarge`; nothing is left on disk on failure.
         """
+        t_start = time.perf_counter()
         if spec.rank > self.max_lora_rank:
             raise RankTooLarge(
                 f"{spec.name}: LoRA rank {spec.rank} > max_lora_rank {self.max_lora_rank}"
@@ -253,11 +299,11 @@ class HostTier:
         incoming = self.root / ".incoming" / token
         try:
             t1 = time.perf_counter()
-            digests, read, streamed, signed = await self._download(
+            digests, read, streamed, signed, ran = await self._download(
                 location.bucket, location.key, rel_paths, incoming / FILES_DIR, budget,
                 spec.size_bytes)
             t2 = time.perf_counter()
-            entry, place_s = await asyncio.to_thread(self._verify_and_place, spec, incoming,
+            entry, checked = await asyncio.to_thread(self._verify_and_place, spec, incoming,
                                                      digests, signed)
             t3 = time.perf_counter()
         except BaseException:
@@ -266,10 +312,19 @@ class HostTier:
         finally:
             self._reserved.pop(token, None)
         self._entries[spec.engine_id] = entry
+        # the critical path of the download: the file whose thread ended last
+        last = max(range(len(ran)), key=lambda i: ran[i].ended)
+        crit, own = streamed[last], ran[last]
+        signature_s = next((r.signature_s for r in ran if r.signature_s), 0.0)
         return entry, FetchTiming(
             list_s, t2 - t1, t3 - t2, read, get_s=sum(x.get_s for x in streamed),
             hash_s=sum(x.hash_s for x in streamed), write_s=sum(x.write_s for x in streamed),
-            place_s=place_s)
+            place_s=checked.place_s, prepare_s=t1 - t_start - list_s,
+            dispatch_s=own.started - t1,
+            open_s=own.ended - own.started - crit.stream_s - crit.tail_s - own.signature_s,
+            stream_s=crit.stream_s, tail_s=crit.tail_s + own.signature_s,
+            resume_s=t2 - own.ended, signature_s=signature_s, check_s=checked.check_s,
+            verify_hops_s=(t3 - t2) - checked.check_s - checked.place_s)
 
     def _relative_paths(self, spec: ArtifactSpec, root_key: str, keys: list[str]) -> list[str]:
         if not keys:
@@ -290,8 +345,10 @@ class HostTier:
     async def _download(
         self, bucket: str, root_key: str, rel_paths: list[str], dest: Path, budget: int,
         declared: int,
-    ) -> tuple[dict[str, str], int, list[Streamed], dict[str, str] | SignatureError]:
-        """Fetch every file in parallel; ``({rel path: sha256}, bytes, per file, signed)``.
+    ) -> tuple[dict[str, str], int, list[Streamed], dict[str, str] | SignatureError,
+               list[_Ran]]:
+        """Fetch every file in parallel; ``({rel path: sha256}, bytes, per file, signed,
+        when each file's thread ran)``.
 
         The signature bundle is authenticated as soon as it has arrived, while the other
         files still stream: ``signed`` is its ``{path: sha256}`` or the
@@ -306,17 +363,22 @@ class HostTier:
             return SIGNATURE_ALLOWANCE if rel == SIGNATURE_FILENAME else declared
 
         signed: list[dict[str, str] | SignatureError] = []
+        clock = time.perf_counter
 
-        def fetch_one(rel: str) -> Streamed:
+        def fetch_one(rel: str) -> tuple[Streamed, _Ran]:
+            started = clock()
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)  # in this thread
             streamed = download(self.store, bucket, root_key + rel, dest / rel,
                                 max_bytes=cap(rel))
+            signature_s = 0.0
             if rel == SIGNATURE_FILENAME:
+                t0 = clock()
                 try:
                     signed.append(signed_digests(dest / rel, self.trusted_keys))
                 except SignatureError as exc:
                     signed.append(exc)
-            return streamed
+                signature_s = clock() - t0
+            return streamed, _Ran(started, clock(), signature_s)
 
         results = await asyncio.gather(
             *(asyncio.to_thread(fetch_one, rel) for rel in rel_paths), return_exceptions=True,
@@ -324,7 +386,8 @@ class HostTier:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-        streamed = [r for r in results if not isinstance(r, BaseException)]
+        done = [r for r in results if not isinstance(r, BaseException)]
+        streamed = [r[0] for r in done]
         sizes = {rel: r.size for rel, r in zip(rel_paths, streamed, strict=True)}
         total = sum(sizes.values())
         content = total - sizes.get(SIGNATURE_FILENAME, 0)
@@ -336,7 +399,7 @@ class HostTier:
                    if rel != SIGNATURE_FILENAME}
         if not signed:
             raise DigestMismatch(f"{root_key}: no {SIGNATURE_FILENAME}")
-        return digests, total, streamed, signed[0]
+        return digests, total, streamed, signed[0], [r[1] for r in done]
 
     def _check_digest(self, spec: ArtifactSpec, files_dir: Path, manifest_digest: str) -> int:
         """Manifest digest = admitted sha256, rank within the engine's max; returns rank."""
@@ -367,7 +430,8 @@ class HostTier:
     def _verify_and_place(
         self, spec: ArtifactSpec, incoming: Path, digests: dict[str, str],
         signed: dict[str, str] | SignatureError,
-    ) -> tuple[HostEntry, float]:
+    ) -> tuple[HostEntry, _Checked]:
+        t_check = time.perf_counter()
         files_dir = incoming / FILES_DIR
         try:
             if isinstance(signed, SignatureError):
@@ -388,7 +452,7 @@ class HostTier:
         os.rename(incoming, final)
         self._dir_sync.request()  # the rename's durability, off the load's path
         entry = HostEntry(spec=spec, dir=final, size_bytes=size, rank=rank, verified_at=now)
-        return entry, time.perf_counter() - t0
+        return entry, _Checked(t0 - t_check, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ verify / evict
 

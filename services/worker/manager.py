@@ -23,7 +23,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -142,6 +142,15 @@ class LoadOutcome:
     slot_wait_s: float = 0.0
     """Time spent waiting for a HOT slot (not part of ``duration_s``: the load estimates
     that follow ``AdapterLoaded`` reports stay what a load costs)."""
+    lock_s: float = 0.0
+    """Waiting for the version's lock (another load or command of the same version)."""
+    ready_s: float = 0.0
+    """From the files being verified (the fetch or the re-verification returned) to the
+    search for a HOT slot: the placement's bookkeeping."""
+    finish_s: float = 0.0
+    """From the registration's end to the load's outcome (the pin, when asked)."""
+    account_s: float = 0.0
+    """After the outcome: the version lock released, gauges, waiters woken, metrics."""
 
     @property
     def changed(self) -> bool:
@@ -350,10 +359,13 @@ class AdapterManager:
         if target_tier not in (TIER_WARM, TIER_HOT):
             raise ValueError(f"target tier {target_tier} is neither WARM nor HOT")
         self._check_base_model(spec)
+        t_enter = time.perf_counter()
         try:
             async with self._lock(spec.engine_id):
+                t_locked = time.perf_counter()
                 outcome = await self._load_locked(spec, target_tier, pin, make_room,
                                                   never_evict, wait)
+                t_out = time.perf_counter()
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
                 self.record_failure(spec, exc)
@@ -370,7 +382,8 @@ class AdapterManager:
             )
             if outcome.bytes_read:
                 self.metrics.load_bytes.labels(**labels).inc(outcome.bytes_read)
-        return outcome
+        return replace(outcome, lock_s=t_locked - t_enter,
+                       account_s=time.perf_counter() - t_out)
 
     async def _load_locked(
         self, spec: ArtifactSpec, target_tier: Tier, pin: bool, make_room: bool,
@@ -386,13 +399,16 @@ class AdapterManager:
             )
         source = p.tier if p is not None else TIER_COLD
         fetch: FetchTiming | None = None
+        t_ready = time.perf_counter()
         if p is None:
             entry, fetch = await self.host.fetch(spec)
+            t_ready = time.perf_counter()
             p = Placement(spec=spec, host=entry, loaded_at=self.clock(), stats=self._new_stats())
             self.placements[spec.engine_id] = p
         if never_evict is not None:
             p.never_evict = never_evict
-        register_s = verify_s = slot_wait_s = 0.0
+        register_s = verify_s = slot_wait_s = ready_s = 0.0
+        t_done = None
         if target_tier == TIER_HOT and not p.hot:
             if source == TIER_WARM:  # files may have changed since they were verified
                 t0 = time.perf_counter()
@@ -402,20 +418,25 @@ class AdapterManager:
                     self.placements.pop(spec.engine_id, None)
                     self.metrics.host_dropped.inc()
                     raise
-                verify_s = time.perf_counter() - t0
+                t_ready = time.perf_counter()
+                verify_s = t_ready - t0
             t_wait = time.perf_counter()
+            ready_s = t_wait - t_ready
             register_s = await self._make_hot(p, make_room, wait)
-            slot_wait_s = max(0.0, time.perf_counter() - t_wait - register_s)
+            t_done = time.perf_counter()
+            slot_wait_s = max(0.0, t_done - t_wait - register_s)
         if pin and p.hot and not p.pinned:
             await self.engine.pin(spec.engine_id)
             p.pinned = True
         elif pin and not p.hot:
             raise NotPresent(f"{spec.name} must be HOT to be pinned (load it with TIER_HOT)")
+        ended = time.perf_counter()
         return LoadOutcome(
             spec=spec, source_tier=source, tier=p.tier, pinned=p.pinned,
-            duration_s=time.perf_counter() - started - slot_wait_s,
+            duration_s=ended - started - slot_wait_s,
             bytes_read=fetch.bytes_read if fetch else 0, fetch=fetch, register_s=register_s,
-            verify_s=verify_s, slot_wait_s=slot_wait_s,
+            verify_s=verify_s, slot_wait_s=slot_wait_s, ready_s=ready_s,
+            finish_s=0.0 if t_done is None else ended - t_done,
         )
 
     # ------------------------------------------------------------------ HOT slots

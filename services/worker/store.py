@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +42,9 @@ CHUNK_BYTES = 4 << 20
 :meth:`MinioStore.open_reader` instead)."""
 BUFFER_BYTES = 1 << 20
 """Size of one download buffer: hashed right after it is filled, while it is in cache."""
+INLINE_BYTES = 0
+"""An object announced at no more than this many bytes is read, hashed and written by one
+thread, buffer after buffer (no hasher and writer threads, no hand-offs)."""
 PIPELINE_DEPTH = 8
 """Buffers per download (bounds memory to 8 MiB per file): the reader fills the next ones
 while the writer thread drains the filled ones."""
@@ -77,6 +80,14 @@ class Streamed:
     """Time spent in sha256 (overlapped with the GET)."""
     write_s: float = 0.0
     """Time spent writing to the file (overlapped with the GET)."""
+    open_s: float = 0.0
+    """Wall time of the GET until its response headers (:func:`download`)."""
+    stream_s: float = 0.0
+    """Wall time from the first read to the last byte read (the GET, with the hash and
+    the write overlapped; waits for a free buffer included)."""
+    tail_s: float = 0.0
+    """Wall time from the last byte read to the file closed: the hasher and writer
+    draining what they still held (the hand-offs), and the transfer released."""
 
 
 class MinioStore(objectstore.MinioStore):
@@ -191,14 +202,19 @@ def download(store: ObjectStore, bucket: str, key: str, dest: Path, *,
     written (:class:`Streamed`). Raises :class:`DownloadFailed` (also when more than
     ``max_bytes`` are announced or arrive: the download stops there)."""
     what = f"s3://{bucket}/{key}"
+    t0 = time.perf_counter()
     reader = open_reader(store, bucket, key)
+    open_s = time.perf_counter() - t0
     try:
         if max_bytes is not None and reader.size is not None and reader.size > max_bytes:
             raise DownloadFailed(f"{what} is larger than the {max_bytes} bytes allowed "
                                  f"({reader.size} announced)")
-        return write_hashed(reader, dest, max_bytes=max_bytes, what=what)
+        streamed = write_hashed(reader, dest, max_bytes=max_bytes, what=what)
     finally:
+        t1 = time.perf_counter()
         reader.close()
+    return replace(streamed, open_s=open_s,
+                   tail_s=streamed.tail_s + time.perf_counter() - t1)
 
 
 def _fill(reader: ObjectReader, buffer: memoryview) -> int:
@@ -264,6 +280,8 @@ def write_hashed(
     busy = {"hash": 0.0, "write": 0.0}
     get_s = 0.0
     written = owned = 0
+    read_end = started = clock()
+    inline = reader.size is not None and reader.size <= INLINE_BYTES
 
     def hasher() -> None:
         while (item := to_hash.get()) is not None:
@@ -299,7 +317,8 @@ def write_hashed(
                 buf = free.get()
             t0 = clock()
             n = _fill(reader, buf)
-            get_s += clock() - t0
+            read_end = clock()
+            get_s += read_end - t0
             if not n:
                 free.put(buf)
                 break
@@ -308,7 +327,7 @@ def write_hashed(
                 free.put(buf)
                 raise DownloadFailed(f"{what} is larger than the {max_bytes} bytes allowed")
             last = n < len(buf)
-            if not stages and last:  # the whole object in one buffer
+            if inline or (not stages and last):  # small, or the whole object in one buffer
                 t1 = clock()
                 h.update(buf[:n])
                 t2 = clock()
@@ -316,7 +335,9 @@ def write_hashed(
                 busy["hash"] += t2 - t1
                 busy["write"] += clock() - t2
                 free.put(buf)
-                break
+                if last:
+                    break
+                continue
             if not stages:
                 stages = [threading.Thread(target=hasher, daemon=True, name="lp-download-hash"),
                           threading.Thread(target=drain, args=(fd,), daemon=True,
@@ -343,7 +364,9 @@ def write_hashed(
         while not free.empty():  # the stages have stopped: every buffer they had is back
             _POOL.give(free.get())
     os.close(fd)
-    return Streamed(written, h.hexdigest(), get_s, busy["hash"], busy["write"])
+    done = clock()
+    return Streamed(written, h.hexdigest(), get_s, busy["hash"], busy["write"],
+                    stream_s=read_end - started, tail_s=done - read_end)
 
 
 def _abandon(stages: list[threading.Thread],

@@ -153,3 +153,59 @@ def test_announced_size_over_the_cap_is_refused_before_reading(
     with pytest.raises(DownloadFailed, match="100 announced"):
         download(st, "b", "k", tmp_path / "k", max_bytes=99)  # type: ignore[arg-type]
     assert reader.pos == 0 and reader.closed and not (tmp_path / "k").exists()
+
+
+@pytest.mark.parametrize("size", [1, BUFFER_BYTES, 3 * BUFFER_BYTES + 5])
+def test_a_small_object_is_read_hashed_and_written_by_one_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    def no_thread(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a thread was started for an object at or below INLINE_BYTES")
+
+    monkeypatch.setattr(store_mod, "INLINE_BYTES", 3 * BUFFER_BYTES + 5)
+    monkeypatch.setattr(store_mod.threading, "Thread", no_thread)
+    data = os.urandom(size)
+    reader = PieceReader(data, 65_536)
+    reader.size = size  # announced: what decides
+    out = write_hashed(reader, tmp_path / "small", max_bytes=None, what="small")
+    assert (tmp_path / "small").read_bytes() == data
+    assert out.size == size and out.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_above_the_inline_size_or_unannounced_the_stages_run_in_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    started: list[str] = []
+    real = threading.Thread
+
+    def counting(*args: object, **kwargs: object) -> threading.Thread:
+        started.append(str(kwargs.get("name")))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store_mod, "INLINE_BYTES", 2 * BUFFER_BYTES)
+    monkeypatch.setattr(store_mod.threading, "Thread", counting)
+    data = os.urandom(2 * BUFFER_BYTES + 1)
+    announced = PieceReader(data, BUFFER_BYTES)
+    announced.size = len(data)
+    write_hashed(announced, tmp_path / "a", max_bytes=None, what="a")
+    write_hashed(PieceReader(data[:BUFFER_BYTES + 1], BUFFER_BYTES), tmp_path / "b",
+                 max_bytes=None, what="b")  # size unknown: not inline
+    assert started == ["lp-download-hash", "lp-download-write"] * 2
+    assert (tmp_path / "a").read_bytes() == data
+    assert (tmp_path / "b").read_bytes() == data[:BUFFER_BYTES + 1]
+
+
+def test_the_wall_time_splits_into_open_stream_and_tail(tmp_path: Path) -> None:
+    data = os.urandom(3 * BUFFER_BYTES + 7)
+    st = StreamOnlyStore({"k": [data]})
+    import time
+
+    t0 = time.perf_counter()
+    out = download(st, "b", "k", tmp_path / "k")  # type: ignore[arg-type]
+    wall = time.perf_counter() - t0
+    parts = (out.open_s, out.stream_s, out.tail_s)
+    assert all(p >= 0 for p in parts) and out.stream_s > 0
+    assert sum(parts) <= wall  # disjoint parts of the call
+    assert out.get_s <= out.stream_s  # the reads happen inside the stream

@@ -245,3 +245,17 @@ def test_directory_sync_runs_after_every_request(
         sync.request()
     assert done.wait(30), f"no fsync covered the last request: {synced}"
     assert synced == sorted(synced) and 1 <= len(synced) <= 3
+
+
+async def test_the_fetch_timing_splits_the_download_and_the_verification(
+    make_adapter: MakeAdapter, host_factory: HostFactory
+) -> None:
+    _, t = await host_factory().fetch(make_adapter())
+    steps = (t.dispatch_s, t.open_s, t.stream_s, t.tail_s, t.resume_s)
+    assert all(s >= 0 for s in steps), steps
+    assert sum(steps) == pytest.approx(t.download_s, abs=1e-9)  # the file that ended last
+    verify = (t.verify_hops_s, t.check_s, t.place_s)
+    assert all(s >= 0 for s in verify), verify
+    assert sum(verify) == pytest.approx(t.verify_s, abs=1e-9)
+    assert t.prepare_s >= 0 and t.list_s >= 0
+    assert 0 < t.signature_s
