@@ -292,7 +292,7 @@ async def bench_e2e(settings: CommonSettings, bursts: int, backlog: int, per_bat
             raise RuntimeError(f"backlog not absorbed: {total} of {backlog}")
         span = t_end - t_first
         # The broker's own read rate of that backlog (a bare consumer, nothing applied).
-        src = EventSource(settings.kafka_bootstrap, f"bench-raw-{tag}",
+        src = EventSource(settings.kafka(), f"bench-raw-{tag}",
                           topics_=(topics.ADAPTER_HEAT,))
         await src.start()
         n = 0

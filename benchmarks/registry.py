@@ -105,7 +105,7 @@ async def run(count: int, concurrency: int, warmup: int) -> dict[str, Any]:
            "LORAPLANE_REGISTRY_TOPIC_PREFIX": ns,
            "LORAPLANE_REGISTRY_CONSUMER_GROUP": f"registry-{ns}",
            "LORAPLANE_INSTANCE_ID": "registry-bench"}
-    await ensure_topics(settings.kafka_bootstrap, [ADAPTER_RELEASES], prefix=ns)
+    await ensure_topics(settings.kafka(), [ADAPTER_RELEASES], prefix=ns)
     registry = await _start_registry(env)
     topic = ns + ADAPTER_RELEASES
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,

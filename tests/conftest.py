@@ -52,7 +52,7 @@ def stack(stack_settings: StackSettings) -> Iterator[Stack]:
 
     from loraplane.shared.kafka_admin import ensure_topics
 
-    asyncio.run(ensure_topics(stack_settings.kafka_bootstrap))
+    asyncio.run(ensure_topics(stack_settings.kafka()))
     try:
         yield st
     finally:

@@ -42,7 +42,7 @@ async def ensure_admission_topics(settings: AdmissionSettings, timeout_s: float 
         settings.admission_releases_topic: topic_spec(ADAPTER_RELEASES).partitions,
         settings.admission_admissions_topic: topic_spec(ADAPTER_ADMISSIONS).partitions,
     }
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap,
+    admin = AIOKafkaAdminClient(**settings.kafka().client_args(),
                                 request_timeout_ms=int(timeout_s * 1000))
     await asyncio.wait_for(admin.start(), timeout_s)
     try:

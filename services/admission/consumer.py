@@ -85,13 +85,13 @@ class ReleaseConsumer:
 
     def _default_consumer(self) -> Consumer:
         s = self.settings
-        return group_consumer(s.admission_releases_topic, bootstrap=s.kafka_bootstrap,
+        return group_consumer(s.admission_releases_topic, kafka=s.kafka(),
                               group_id=s.admission_consumer_group,
                               client_id="loraplane-admission", max_poll_interval_ms=600_000)
 
     def _default_producer(self) -> VerdictProducer:
         producer: VerdictProducer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap, acks="all",
+            **self.settings.kafka().client_args(), acks="all",
             client_id="loraplane-admission", request_timeout_ms=10_000)
         return producer
 

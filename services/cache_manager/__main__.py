@@ -81,7 +81,7 @@ async def serve(
     try:
         while not stop.is_set():
             try:
-                await ensure_topics(settings.kafka_bootstrap)
+                await ensure_topics(settings.kafka())
                 break
             except Exception as exc:  # noqa: BLE001 - broker not up yet: retry
                 log.info("waiting for Kafka: %s", exc)

@@ -27,6 +27,7 @@ from google.protobuf.message import Message
 from loraplane.shared import topics
 from loraplane.shared.aio import close_within
 from loraplane.shared.codec import CodecError, decode_record, encode, kafka_headers
+from loraplane.shared.kafka_client import KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,14 @@ class MissingTopics(RuntimeError):
     """An input topic has no partitions yet (not created?): the consumer is tried again."""
 
 
-def new_consumer(bootstrap: str, group_id: str, *, max_records: int = 5000,
+def new_consumer(kafka: KafkaConnection, group_id: str, *, max_records: int = 5000,
                  fetch_max_wait_ms: int = 50) -> AIOKafkaConsumer:
     """An unstarted consumer that commits under ``group_id`` but joins no group.
 
     ``fetch_max_wait_ms``: how long the broker may hold a fetch with no data; it bounds the
     delay before a new event is seen (aiokafka's default is 500 ms)."""
     return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+        **kafka.client_args(),
         group_id=group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -106,9 +107,9 @@ class EventSource:
     rate); the service reads through :class:`loraplane.shared.consumer.ConsumerLoop` with
     :func:`new_consumer`, :func:`assign_every_partition` and :func:`decode_batch`."""
 
-    def __init__(self, bootstrap: str, group_id: str, *, topics_: Sequence[str] = INPUT_TOPICS,
-                 max_records: int = 5000) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: KafkaConnection, group_id: str, *,
+                 topics_: Sequence[str] = INPUT_TOPICS, max_records: int = 5000) -> None:
+        self.kafka = kafka
         self.group_id = group_id
         self.topics = tuple(topics_)
         self.max_records = max_records
@@ -119,7 +120,7 @@ class EventSource:
         ``timeout_s``."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
-            consumer = new_consumer(self.bootstrap, self.group_id, max_records=self.max_records)
+            consumer = new_consumer(self.kafka, self.group_id, max_records=self.max_records)
             await consumer.start()
             try:
                 assign_every_partition(consumer, self.topics)
@@ -152,13 +153,13 @@ class EventSource:
 class CommandSink:
     """Producer of ``cache.commands`` (keyed by worker id, acks=all)."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: KafkaConnection) -> None:
+        self.kafka = kafka
         self._producer: AIOKafkaProducer | None = None
 
     async def start(self) -> None:
         """Connect."""
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=1,
+        producer = AIOKafkaProducer(**self.kafka.client_args(), acks="all", linger_ms=1,
                                     request_timeout_ms=10_000)
         await producer.start()
         self._producer = producer

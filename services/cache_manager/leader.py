@@ -268,7 +268,7 @@ class CacheManagerService:
         )
         deployment = s.cache_manager_consumer_group
         pool = await create_pool(s.postgres_dsn, min_size=1, max_size=4)
-        sink = CommandSink(s.kafka_bootstrap)
+        sink = CommandSink(s.kafka())
         tasks: list[asyncio.Task[None]] = []
         try:
             async with pool.acquire() as conn:
@@ -381,7 +381,7 @@ class CacheManagerService:
         self._last_record[name] = time.monotonic()
         return ConsumerLoop(
             f"cache-manager {name}",
-            factory=lambda: new_consumer(s.kafka_bootstrap, self.group),
+            factory=lambda: new_consumer(s.kafka(), self.group),
             on_batch=on_batch, on_open=assign, on_close=closing, on_error=failed,
             backoff=lambda _attempt: 1.0, poll_timeout_ms=500, max_records=5000,
         )

@@ -164,11 +164,11 @@ class GatewayApp:
         registry: CollectorRegistry = REGISTRY,
         serve_metrics: bool = True,
     ) -> None:
-        """``publisher``: where events go (default: Kafka at ``settings.kafka_bootstrap``)."""
+        """``publisher``: where events go (default: Kafka, ``settings.kafka()``)."""
         self.settings = settings
         self._own_publisher = publisher is None
         self.publisher: EventPublisher = publisher or KafkaPublisher(
-            settings.kafka_bootstrap, client_id=settings.producer_id.replace("/", "-")
+            settings.kafka(), client_id=settings.producer_id.replace("/", "-")
         )
         self.metrics = GatewayMetrics.for_registry(registry)
         self.gateway = build_gateway(settings, self.publisher, metrics=self.metrics)
@@ -206,7 +206,7 @@ class GatewayApp:
             assert isinstance(self.publisher, KafkaPublisher)
             from loraplane.shared.kafka_admin import ensure_topics
 
-            await ensure_topics(s.kafka_bootstrap)
+            await ensure_topics(s.kafka())
             await self.publisher.start()
         if s.bootstrap:
             registry = secure_or_insecure_aio_channel(
@@ -218,7 +218,7 @@ class GatewayApp:
             self.bootstrapped.set()
         if s.consume_events:
             self.feeder = ViewFeeder(
-                s.kafka_bootstrap,
+                s.kafka(),
                 {
                     topics.TENANT_EVENTS: _tenant_events(
                         g.auth, g.catalog, g.quotas.policies if g.quotas else None),

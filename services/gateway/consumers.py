@@ -24,6 +24,7 @@ from typing import Any
 
 from loraplane.shared.codec import CodecError, decode_record
 from loraplane.shared.consumer import Consumer, ConsumerLoop, Ready
+from loraplane.shared.kafka_client import KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class ViewFeeder:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: KafkaConnection,
         handlers: Mapping[str, Handler],
         *,
         client_id: str = "loraplane-gateway",
@@ -46,7 +47,7 @@ class ViewFeeder:
         on_event: Callable[[str], None] | None = None,
     ) -> None:
         """``handlers``: topic → handler; ``on_event(topic)`` counts applied events."""
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._handlers = dict(handlers)
         self._client_id = client_id
         self._on_event = on_event
@@ -69,7 +70,7 @@ class ViewFeeder:
 
         consumer: Consumer = AIOKafkaConsumer(
             *self._handlers,
-            bootstrap_servers=self._bootstrap,
+            **self._kafka.client_args(),
             client_id=self._client_id,
             group_id=None,
             enable_auto_commit=False,

@@ -27,6 +27,7 @@ from google.protobuf.message import Message
 from loraplane.shared import topics
 from loraplane.shared.aio import close_within
 from loraplane.shared.codec import encode, kafka_headers
+from loraplane.shared.kafka_client import KafkaConnection
 from loraplane.v1 import common_pb2, events_pb2
 
 log = logging.getLogger(__name__)
@@ -45,12 +46,12 @@ class EventPublisher(Protocol):
 class KafkaPublisher:
     """:class:`EventPublisher` over an aiokafka producer (codec headers, topic keys)."""
 
-    def __init__(self, bootstrap: str, client_id: str = "loraplane-gateway") -> None:
-        """Producer for ``bootstrap`` (started by :meth:`start`)."""
+    def __init__(self, kafka: KafkaConnection, client_id: str = "loraplane-gateway") -> None:
+        """Producer on ``kafka`` (started by :meth:`start`)."""
         from aiokafka import AIOKafkaProducer
 
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, client_id=client_id, acks=1, linger_ms=5
+            **kafka.client_args(), client_id=client_id, acks=1, linger_ms=5
         )
 
     async def start(self) -> None:

@@ -29,6 +29,7 @@ from loraplane.shared.consumer import Consumer, ConsumerLoop, group_consumer
 from loraplane.shared.db import transaction
 from loraplane.shared.dedupe import claim
 from loraplane.shared.errors import InvalidArgument
+from loraplane.shared.kafka_client import KafkaConnection
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, event_meta
 from loraplane.v1 import events_pb2
 
@@ -96,7 +97,7 @@ class AdmissionConsumer:
         self,
         *,
         pool: asyncpg.Pool,
-        bootstrap: str,
+        kafka: KafkaConnection,
         group_id: str,
         metrics: RegistryMetrics | None = None,
         consumer_factory: Callable[[], Consumer] | None = None,
@@ -107,7 +108,7 @@ class AdmissionConsumer:
         """``group_id``: the consumer group (all registry replicas share one); ``topic``:
         where verdicts arrive (``adapter.admissions``, prefixed in isolated tests)."""
         self.pool = pool
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.group_id = group_id
         self.metrics = metrics or RegistryMetrics.for_registry()
         self.probe_interval_s = probe_interval_s
@@ -129,7 +130,7 @@ class AdmissionConsumer:
         return self.loop.consumers_started
 
     def _default_consumer(self) -> Consumer:
-        return group_consumer(self.topic, bootstrap=self.bootstrap, group_id=self.group_id,
+        return group_consumer(self.topic, kafka=self.kafka, group_id=self.group_id,
                               client_id="loraplane-registry-admissions")
 
     async def run(self, stop: asyncio.Event) -> None:

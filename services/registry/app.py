@@ -86,7 +86,7 @@ class RegistryApp:
         s = self.settings
         self.pool = await create_pool(s.postgres_dsn)
         try:
-            await ensure_topics(s.kafka_bootstrap, prefix=s.registry_topic_prefix, timeout_s=5)
+            await ensure_topics(s.kafka(), prefix=s.registry_topic_prefix, timeout_s=5)
         except Exception as exc:  # noqa: BLE001 - the relay retries before publishing
             log.warning("could not create topics now (%s); the relay will retry", exc)
         servicer = RegistryAdminServicer(
@@ -110,7 +110,7 @@ class RegistryApp:
         sink = self._published_sink
         self.relay = OutboxRelay(
             dsn=s.postgres_dsn,
-            bootstrap=s.kafka_bootstrap,
+            kafka=s.kafka(),
             batch_size=s.registry_relay_batch,
             poll_interval_s=s.registry_relay_poll_s,
             registry=self.registry,
@@ -119,7 +119,7 @@ class RegistryApp:
             ensure_prefix=s.registry_topic_prefix,
         )
         self.consumer = AdmissionConsumer(
-            pool=self.pool, bootstrap=s.kafka_bootstrap, group_id=s.registry_consumer_group,
+            pool=self.pool, kafka=s.kafka(), group_id=s.registry_consumer_group,
             metrics=self.metrics, topic=s.registry_topic_prefix + ADAPTER_ADMISSIONS,
         )
         self._tasks = [

@@ -51,6 +51,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from loraplane.shared.aio import abandon, close_within
+from loraplane.shared.kafka_client import KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -183,18 +184,19 @@ class _Session:
         self.broker_back = False
 
 
-def group_consumer(*topics: str, bootstrap: str, group_id: str, client_id: str,
+def group_consumer(*topics: str, kafka: KafkaConnection, group_id: str, client_id: str,
                    **options: Any) -> Consumer:
-    """An unstarted aiokafka consumer of ``topics`` in ``group_id``: manual commits, from the
-    earliest offset when the group has none, group settings that join in ~2 s on Tansu
-    (:data:`~loraplane.shared.kafka_admin.GROUP_TUNING`); ``options`` override them."""
+    """An unstarted aiokafka consumer of ``topics`` in ``group_id`` on ``kafka``: manual
+    commits, from the earliest offset when the group has none, group settings that join in
+    ~2 s on Tansu (:data:`~loraplane.shared.kafka_admin.GROUP_TUNING`); ``options`` override
+    them."""
     from aiokafka import AIOKafkaConsumer
 
     from loraplane.shared.kafka_admin import GROUP_TUNING
 
     settings: dict[str, Any] = {"enable_auto_commit": False, "auto_offset_reset": "earliest",
                                 **GROUP_TUNING, **options}
-    consumer: Consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap,
+    consumer: Consumer = AIOKafkaConsumer(*topics, **kafka.client_args(),
                                           group_id=group_id, client_id=client_id, **settings)
     return consumer
 

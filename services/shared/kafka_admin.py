@@ -5,14 +5,15 @@ from __future__ import annotations
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from loraplane.shared.kafka_client import KafkaConnection
 from loraplane.shared.topics import TOPICS
 
 
-async def ensure_topics(bootstrap: str) -> list[str]:
+async def ensure_topics(kafka: KafkaConnection) -> list[str]:
     """Create every topic of :data:`TOPICS` that is missing, with its configs (e.g.
     ``tenant.events`` never expires: the gateway replays it from the start); returns the
     ones created. An existing topic keeps its configs (Tansu has no AlterConfigs)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**kafka.client_args())
     await admin.start()
     try:
         existing = set(await admin.list_topics())

@@ -8,7 +8,7 @@ Writing (inside the caller's transaction, so the event exists iff the change com
 
 Publishing (one :class:`OutboxRelay` per service process; one of them is active)::
 
-    relay = OutboxRelay(dsn=settings.postgres_dsn, bootstrap=settings.kafka_bootstrap)
+    relay = OutboxRelay(dsn=settings.postgres_dsn, kafka=settings.kafka())
     task = asyncio.create_task(relay.run(stop_event))
 
 Guarantees and limits:
@@ -62,6 +62,7 @@ from loraplane.shared.codec import (
     encode,
 )
 from loraplane.shared.consumer import backoff_delay, interruptible_sleep
+from loraplane.shared.kafka_client import KafkaConnection
 from loraplane.shared.metrics import PerRegistry
 from loraplane.shared.topics import TOPICS, event_meta, topic_for, topic_spec
 
@@ -135,7 +136,7 @@ def record_headers(event_type: str, event_id: str) -> list[tuple[str, bytes]]:
 
 
 async def ensure_topics(
-    bootstrap: str,
+    kafka: KafkaConnection,
     names: Iterable[str] | None = None,
     *,
     prefix: str = "",
@@ -148,7 +149,7 @@ async def ensure_topics(
     every name created. Safe to run concurrently from several services.
     """
     wanted = [topic_spec(n) for n in (names if names is not None else TOPICS)]
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = AIOKafkaAdminClient(**kafka.client_args(), request_timeout_ms=int(timeout_s * 1000))
     await asyncio.wait_for(admin.start(), timeout_s)
     created: list[str] = []
     try:
@@ -260,7 +261,7 @@ class OutboxRelay:
         self,
         *,
         dsn: str,
-        bootstrap: str,
+        kafka: KafkaConnection,
         producer_factory: ProducerFactory | None = None,
         batch_size: int = 200,
         poll_interval_s: float = 1.0,
@@ -276,7 +277,7 @@ class OutboxRelay:
         retention_s: float = 7 * 24 * 3600,
         prune_interval_s: float = 600,
     ) -> None:
-        """``dsn``: database holding ``outbox``; ``bootstrap``: Kafka servers.
+        """``dsn``: database holding ``outbox``; ``kafka``: the brokers.
 
         ``producer_factory`` builds a new (unstarted) producer; the default is an
         ``AIOKafkaProducer`` with ``acks="all"`` and ``request_timeout_ms``.
@@ -288,7 +289,7 @@ class OutboxRelay:
         audit log, not the outbox, is the history).
         """
         self.dsn = dsn
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
         self.lag_interval_s = lag_interval_s
@@ -322,7 +323,7 @@ class OutboxRelay:
 
     def _default_producer(self) -> Producer:
         return AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
+            **self.kafka.client_args(),
             acks="all",
             request_timeout_ms=self._request_timeout_ms,
             retry_backoff_ms=100,
@@ -333,7 +334,7 @@ class OutboxRelay:
     async def _ensure_producer(self) -> Producer:
         if self._producer is None:
             if self._ensure is None or self._ensure:
-                await ensure_topics(self.bootstrap, self._ensure, prefix=self._ensure_prefix,
+                await ensure_topics(self.kafka, self._ensure, prefix=self._ensure_prefix,
                                     timeout_s=self._request_timeout_ms / 1000)
             producer = self._factory()
             try:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Self
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loraplane.shared.kafka_client import KafkaConnection, SaslMechanism, SecurityProtocol
 from loraplane.shared.tls import TlsFiles
 
 
@@ -27,6 +28,29 @@ class CommonSettings(BaseSettings):
     """PostgreSQL DSN (asyncpg)."""
     kafka_bootstrap: str = "127.0.0.1:19002"
     """Kafka bootstrap servers (Tansu locally, apache/kafka in compose)."""
+    kafka_security_protocol: SecurityProtocol = Field(
+        default="PLAINTEXT", validation_alias=AliasChoices("LORAPLANE_KAFKA_SECURITY_PROTOCOL"))
+    """``LORAPLANE_KAFKA_SECURITY_PROTOCOL``: ``PLAINTEXT`` (the local stack's Tansu serves no
+    TLS), ``SSL`` (TLS, the broker verified; mutual with the two files below) or
+    ``SASL_SSL`` (TLS and a SASL login). Every Kafka client takes it from :meth:`kafka`."""
+    kafka_ca_file: str = Field(default="", validation_alias=AliasChoices("LORAPLANE_KAFKA_CA_FILE"))
+    """``LORAPLANE_KAFKA_CA_FILE``: PEM bundle of the CA the broker's certificate must chain
+    to (empty: the system's roots); needs ``SSL`` or ``SASL_SSL``."""
+    kafka_cert_file: str = Field(default="",
+                                 validation_alias=AliasChoices("LORAPLANE_KAFKA_CERT_FILE"))
+    """``LORAPLANE_KAFKA_CERT_FILE``: this process's client certificate (PEM), for a broker
+    that requires one (``ssl.client.auth=required``); with ``_KEY_FILE``."""
+    kafka_key_file: str = Field(default="", validation_alias=AliasChoices("LORAPLANE_KAFKA_KEY_FILE"))
+    """``LORAPLANE_KAFKA_KEY_FILE``: its private key (PEM; never logged)."""
+    kafka_sasl_mechanism: SaslMechanism = Field(
+        default="SCRAM-SHA-512", validation_alias=AliasChoices("LORAPLANE_KAFKA_SASL_MECHANISM"))
+    """``LORAPLANE_KAFKA_SASL_MECHANISM`` with ``SASL_SSL``: PLAIN, SCRAM-SHA-256 or -512."""
+    kafka_sasl_username: str = Field(default="",
+                                     validation_alias=AliasChoices("LORAPLANE_KAFKA_SASL_USERNAME"))
+    kafka_sasl_password: SecretStr = Field(
+        default=SecretStr(""), validation_alias=AliasChoices("LORAPLANE_KAFKA_SASL_PASSWORD"))
+    """``LORAPLANE_KAFKA_SASL_USERNAME`` / ``_PASSWORD``: the SASL login (``SASL_SSL`` only;
+    the password is never logged)."""
     s3_endpoint: str = "127.0.0.1:19003"
     """S3 endpoint host:port (SeaweedFS locally, MinIO in compose)."""
     s3_access_key: str = "loraplane"
@@ -51,6 +75,21 @@ class CommonSettings(BaseSettings):
     tls_key_file: str = Field(default="", validation_alias=AliasChoices("LORAPLANE_TLS_KEY_FILE"))
     """``LORAPLANE_TLS_KEY_FILE``: the private key of that certificate (PEM; never
     logged). Certificate and key files are re-read when they change (rotation)."""
+
+    @model_validator(mode="after")
+    def _check_kafka(self) -> Self:
+        problems = self.kafka().problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def kafka(self) -> KafkaConnection:
+        """How this process's Kafka clients connect (every construction site takes it)."""
+        return KafkaConnection(
+            self.kafka_bootstrap, self.kafka_security_protocol, ca_file=self.kafka_ca_file,
+            cert_file=self.kafka_cert_file, key_file=self.kafka_key_file,
+            sasl_mechanism=self.kafka_sasl_mechanism, sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password.get_secret_value())
 
     @model_validator(mode="after")
     def _check_s3_tls(self) -> Self:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loraplane.shared.kafka_client import KafkaConnection
 from loraplane.shared.resources import state_dir
 
 if TYPE_CHECKING:
@@ -196,6 +197,11 @@ class StackSettings(BaseSettings):
     @property
     def kafka_bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
+
+    def kafka(self) -> KafkaConnection:
+        """The stack's broker as every Kafka client takes it: PLAINTEXT, always (Tansu 0.6.0
+        serves no TLS; README, "Security")."""
+        return KafkaConnection(self.kafka_bootstrap)
 
     @property
     def s3_endpoint(self) -> str:

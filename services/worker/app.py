@@ -124,10 +124,10 @@ class WorkerApp:
             manager.labels(p.spec) for p in list(manager.placements.values())]
         self.executor = CommandExecutor(self.manager, worker_id=settings.worker_id, clock=clock,
                                         slot_wait_s=settings.worker_command_slot_wait_s)
-        self.publisher = Publisher(settings.kafka_bootstrap, on_recovered=self._broker_recovered,
+        self.publisher = Publisher(settings.kafka(), on_recovered=self._broker_recovered,
                                    on_dropped=self.metrics.reports_dropped.inc)
         self.consumer = CommandConsumer(
-            settings.kafka_bootstrap, self.executor, self.publisher,
+            settings.kafka(), self.executor, self.publisher,
             group_id=f"loraplane-worker-{settings.worker_id}",
             max_concurrency=settings.worker_max_concurrent_commands,
             on_restart=self.metrics.consumer_restarts.inc,

@@ -30,6 +30,7 @@ from loraplane.shared import codec, topics
 from loraplane.shared.aio import close_within
 from loraplane.shared.consumer import Consumer, ConsumerLoop, Ready, group_consumer
 from loraplane.shared.errors import InvalidArgument
+from loraplane.shared.kafka_client import KafkaConnection
 from loraplane.v1 import common_pb2, events_pb2
 from loraplane.worker.commands import CommandExecutor
 
@@ -47,7 +48,7 @@ class Publisher:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: KafkaConnection,
         *,
         attempts: int = 3,
         retry_backoff_s: float = 0.5,
@@ -56,7 +57,7 @@ class Publisher:
     ) -> None:
         """``on_recovered`` runs after the first successful send that follows a failure,
         ``on_dropped`` when a message is given up after every attempt."""
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.attempts = attempts
         self.retry_backoff_s = retry_backoff_s
         self.on_recovered = on_recovered
@@ -78,7 +79,7 @@ class Publisher:
     async def _ensure_locked(self) -> AIOKafkaProducer:
         if self._producer is None:
             producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap, acks="all", request_timeout_ms=10_000,
+                **self.kafka.client_args(), acks="all", request_timeout_ms=10_000,
                 linger_ms=5,
             )
             try:
@@ -131,7 +132,7 @@ class CommandConsumer:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: KafkaConnection,
         executor: CommandExecutor,
         publisher: Publisher,
         *,
@@ -143,7 +144,7 @@ class CommandConsumer:
         """``group_id``: one consumer group per worker (every worker reads every command
         and keeps those addressed to it); ``on_restart`` runs whenever a consumer is
         recreated."""
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.executor = executor
         self.publisher = publisher
         self.group_id = group_id
@@ -172,7 +173,7 @@ class CommandConsumer:
         self.loop.stop()
 
     def _new_consumer(self) -> Consumer:
-        return group_consumer(topics.CACHE_COMMANDS, bootstrap=self.bootstrap,
+        return group_consumer(topics.CACHE_COMMANDS, kafka=self.kafka,
                               group_id=self.group_id, client_id="loraplane-worker",
                               max_poll_records=100)
 

@@ -37,6 +37,7 @@ from loraplane.cache_manager.model import Ref
 from loraplane.shared import topics
 from loraplane.shared.codec import decode_record, encode, kafka_headers
 from loraplane.shared.kafka_admin import ensure_topics
+from loraplane.shared.kafka_client import KafkaConnection
 from loraplane.v1 import cache_pb2, cache_pb2_grpc, events_pb2
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,7 +162,7 @@ class Bus:
 
     async def start(self) -> None:
         """Create the topics if needed, connect, read ``cache.commands`` from the start."""
-        await ensure_topics(self.bootstrap)
+        await ensure_topics(KafkaConnection(self.bootstrap))
         self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap,

@@ -29,7 +29,7 @@ def free_port() -> int:
 
 @asynccontextmanager
 async def publisher(stack: Stack) -> AsyncIterator[KafkaPublisher]:
-    pub = KafkaPublisher(stack.settings.kafka_bootstrap, client_id="gateway-test")
+    pub = KafkaPublisher(stack.settings.kafka(), client_id="gateway-test")
     await pub.start()
     try:
         yield pub

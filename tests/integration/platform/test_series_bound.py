@@ -144,7 +144,7 @@ async def platform(stack: Stack, unique: str, tmp_path: Path
         cache_manager_addr=f"127.0.0.1:{free_port()}",
     ), registry=CollectorRegistry(), serve_metrics=False)
     await gateway.start()
-    pub = KafkaPublisher(stack.settings.kafka_bootstrap, client_id=f"series-{unique}")
+    pub = KafkaPublisher(stack.settings.kafka(), client_id=f"series-{unique}")
     await pub.start()
     try:
         await gateway.wait_ready(60)

@@ -224,7 +224,7 @@ async def test_failed_send_marks_only_the_prefix_and_recreates_the_producer(
                 producers.append(p)
                 return p
 
-            relay = OutboxRelay(dsn=dsn, bootstrap=stack.settings.kafka_bootstrap,
+            relay = OutboxRelay(dsn=dsn, kafka=stack.settings.kafka(),
                                 producer_factory=factory, backoff_base_s=0.05,
                                 registry=_fresh_registry())
             stop = asyncio.Event()

@@ -194,7 +194,7 @@ async def test_worker_command_consumer_keeps_order_per_adapter_and_resumes_after
 
     gate = asyncio.Event()
     executor, reports = _Executor(worker, gate), _Reports()
-    consumer = CommandConsumer(bootstrap, executor, reports,  # type: ignore[arg-type]
+    consumer = CommandConsumer(stack.settings.kafka(), executor, reports,  # type: ignore[arg-type]
                                group_id=f"worker-{unique}")
     task = asyncio.create_task(consumer.run())
     try:
@@ -222,7 +222,7 @@ async def test_worker_command_consumer_keeps_order_per_adapter_and_resumes_after
     opened = asyncio.Event()
     opened.set()  # anything handed out again runs at once and fails the assertion below
     again = _Executor(worker, opened)
-    late = CommandConsumer(bootstrap, again, _Reports(),  # type: ignore[arg-type]
+    late = CommandConsumer(stack.settings.kafka(), again, _Reports(),  # type: ignore[arg-type]
                            group_id=f"worker-{unique}")
     task = asyncio.create_task(late.run())
     try:
