@@ -35,6 +35,15 @@ DEV_IDENTITIES: tuple[str, ...] = (
 """Identities the stack issues: every service, ``operator`` (the CLI, seed, CI), and the
 servers of the stack's components (PostgreSQL, SeaweedFS's S3 gateway, Tansu), which no
 gRPC API's table allows."""
+COMPOSE_IDENTITIES: tuple[str, ...] = (
+    "registry", "admission", "cache-manager", "worker", "gateway", OPERATOR,
+    "kafka", "postgres", "minio",
+)
+"""What :func:`write_compose_pki` issues: each docker-compose.yml service under its
+service name (its SAN DNS is the host name the others dial), the operator (the CLI on the
+host) and the three servers."""
+KAFKA_KEYSTORE = "kafka-keystore.pem"
+"""apache/kafka's PEM keystore: the broker's private key and certificate in one file."""
 VALIDITY = dt.timedelta(days=30)
 RENEW_BEFORE = dt.timedelta(days=7)
 """A certificate valid for less than this is issued again at the next start."""
@@ -172,3 +181,24 @@ def ensure_dev_pki(pki_dir: Path, identities: tuple[str, ...] = DEV_IDENTITIES, 
             files = write_identity(pki_dir, identity, cert, key, ca_path)
         out[identity] = files
     return out
+
+
+def write_compose_pki(out_dir: Path, *, now: dt.datetime | None = None) -> dict[str, CertFiles]:
+    """The certificates ``docker-compose.yml`` mounts (``loraplane stack certs``): a CA and
+    one certificate per :data:`COMPOSE_IDENTITIES` in ``out_dir`` (reused while valid, as
+    :func:`ensure_dev_pki`), plus :data:`KAFKA_KEYSTORE`.
+
+    Compose mounts each container's own files one by one, never the directory: the
+    identities' keys are written readable by every user (0644), because each image runs as
+    its own user (the services as 10001, apache/kafka as 1000) and a bind-mounted file keeps
+    its host owner; the directory stays 0700, so on the host only its owner reaches them,
+    and the CA key (0600) is mounted nowhere. For a test or staging deployment: production
+    mounts certificates of its own CA the same way."""
+    files = ensure_dev_pki(out_dir, COMPOSE_IDENTITIES, now=now)
+    for identity in files.values():
+        identity.key.chmod(0o644)
+    kafka = files["kafka"]
+    keystore = out_dir / KAFKA_KEYSTORE
+    keystore.write_bytes(kafka.key.read_bytes() + kafka.cert.read_bytes())
+    keystore.chmod(0o644)
+    return files

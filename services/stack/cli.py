@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
+from loraplane.stack.certs import COMPOSE_IDENTITIES, write_compose_pki
 from loraplane.stack.settings import Profile, StackSettings
 from loraplane.stack.stack import Stack, StackError
 
@@ -13,6 +15,8 @@ app = typer.Typer(help="Embedded local stack: Tansu (Kafka), SeaweedFS (S3), Pos
                   no_args_is_help=True)
 
 ProfileOpt = typer.Option("run", "--profile", help="run (make run) or test (make test)")
+CertsOutOpt = typer.Option(Path("infra/pki"), "--out",
+                           help="the directory docker-compose.yml mounts them from")
 
 
 def _stack(profile: str) -> Stack:
@@ -63,3 +67,11 @@ def env(profile: str = ProfileOpt) -> None:
     """Print the LORAPLANE_* variables that point clients at this stack."""
     for k, v in _stack(profile).settings.client_env().items():
         typer.echo(f"{k}={v}")
+
+
+@app.command()
+def certs(out: Path = CertsOutOpt) -> None:
+    """Write the CA and certificates docker-compose.yml mounts (Kafka, PostgreSQL, MinIO
+    and every service; reused while valid for more than 7 days: run it again to renew)."""
+    write_compose_pki(out)
+    typer.echo(f"certificates for {', '.join(COMPOSE_IDENTITIES)} in {out}")
