@@ -104,6 +104,9 @@ class Placement:
     Cleared when the version leaves HOT."""
     in_flight: int = 0
     draining: bool = False
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while no eviction drains the version (cleared for the drain): what a request
+    that meets a draining version waits for before it loads the version again."""
     last_used_at: datetime | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     stats: VersionStats = field(default_factory=VersionStats)
@@ -111,6 +114,7 @@ class Placement:
 
     def __post_init__(self) -> None:
         self.idle.set()
+        self.drained.set()
 
     @property
     def tier(self) -> Tier:
@@ -652,6 +656,7 @@ class AdapterManager:
         if to_tier == TIER_WARM and not p.hot:
             return EvictOutcome(p.spec, engine_id, TIER_WARM, TIER_WARM, reason)
         p.draining = True
+        p.drained.clear()
         try:
             wait_s = self.drain_timeout_s if timeout_s is None else timeout_s
             try:
@@ -671,6 +676,7 @@ class AdapterManager:
                 del self.placements[engine_id]
         finally:
             p.draining = False
+            p.drained.set()
         return EvictOutcome(p.spec, engine_id, from_tier, to_tier, reason)
 
     # ------------------------------------------------------------------ pin
@@ -734,7 +740,9 @@ class AdapterManager:
         :class:`NoSlot`. From its start to its end the request *claims* the version: a
         claimed version is never a victim, so a version loaded for a waiting request
         stays until that request has run. ``never_evict`` (the gateway says the version
-        is an active canary) protects a version this request loads.
+        is an active canary) protects a version this request loads. A version an eviction
+        is draining is waited for within the same bound (:meth:`_await_drain`), then loaded
+        again, as one the worker's own victim choice is unregistering is.
         """
         if spec is None:
             yield Lease(self.zero_adapter, TIER_HOT, None)
@@ -753,7 +761,10 @@ class AdapterManager:
             for attempt in range(4):
                 p = self.placements.get(eid)
                 if p is not None and p.draining:
-                    raise Draining(f"{spec.name} is being evicted from this worker")
+                    if attempt == 3:
+                        raise Draining(f"{spec.name} is being evicted from this worker")
+                    await self._await_drain(spec, p, wait)
+                    continue
                 if p is not None and p.hot:
                     break
                 if attempt == 3:
@@ -793,6 +804,19 @@ class AdapterManager:
                     p.in_flight = 0
                     p.idle.set()
             self._room_changed()
+
+    async def _await_drain(self, spec: ArtifactSpec, p: Placement, wait: SlotWait) -> None:
+        """Wait, at most until ``wait.deadline``, for the eviction draining ``p`` to end (the
+        caller then loads the version again: from WARM after a demotion, from COLD when the
+        request may). At the deadline :class:`Draining` (the gateway plans again). So a
+        request that meets a cache command's demotion is served once the version is back, as
+        a request for a version not HOT is, where it failed UNAVAILABLE: a gateway re-plans
+        such a refusal once, and on a worker alone it met the same drain again."""
+        timeout = None if wait.deadline is None else max(0.0, wait.deadline - self.monotonic())
+        try:
+            await asyncio.wait_for(p.drained.wait(), timeout)
+        except TimeoutError:
+            raise Draining(f"{spec.name} is being evicted from this worker") from None
 
     async def _await_load(self, spec: ArtifactSpec, task: asyncio.Future[LoadOutcome],
                           cold: bool, wait: SlotWait) -> None:

@@ -15,7 +15,14 @@ from loraplane.v1 import common_pb2, events_pb2
 from loraplane.worker.commands import CommandExecutor
 from loraplane.worker.errors import AdapterCold, Draining, NoCapacity
 from loraplane.worker.host_tier import ArtifactSpec
-from loraplane.worker.manager import TIER_COLD, TIER_HOT, TIER_WARM, EvictOutcome, LoadOutcome
+from loraplane.worker.manager import (
+    TIER_COLD,
+    TIER_HOT,
+    TIER_WARM,
+    AdapterManager,
+    EvictOutcome,
+    LoadOutcome,
+)
 
 HOT, WARM, COLD = common_pb2.TIER_HOT, common_pb2.TIER_WARM, common_pb2.TIER_COLD
 _n = iter(range(1, 10_000))
@@ -164,11 +171,49 @@ async def test_eviction_waits_for_in_flight_requests(rig: Rig, make_adapter: Mak
         assert not task.done()
         assert rig.manager.placements[spec.engine_id].draining
         with pytest.raises(Draining):  # no new request starts on a draining version
-            async with rig.manager.use(spec, allow_cold=True):
+            async with rig.manager.use(spec, allow_cold=True, wait_s=0.0):
                 pass
     outcome = await asyncio.wait_for(task, 2)
     assert (outcome.from_tier, outcome.to_tier) == (HOT, COLD)
     assert rig.manager.placements == {}
+
+
+async def _served(manager: AdapterManager, spec: ArtifactSpec,
+                  cold_timeout_s: float) -> tuple[int, int]:
+    """One request for ``spec`` that may not load it from COLD: its tier at arrival and the
+    tier it was served from."""
+    async with manager.use(spec, allow_cold=False, cold_timeout_s=cold_timeout_s) as lease:
+        return lease.tier_at_arrival, manager.placements[spec.engine_id].tier
+
+
+async def test_a_request_that_meets_a_demotion_waits_for_it_and_loads_the_version_again(
+    rig: Rig, make_adapter: MakeAdapter
+) -> None:
+    """The cache manager demotes a version a request is still using: a request arriving
+    then waits for the drain (within its budget), finds the version WARM and promotes it
+    again, with no download; it failed UNAVAILABLE (draining) before, and on a worker
+    alone the gateway's one re-plan met the same drain. Past its budget it still gets
+    Draining (the gateway plans again)."""
+    spec = make_adapter()
+    await rig.manager.load(spec, TIER_HOT)
+    fetched = rig.metrics.load_bytes.labels(**rig.manager.labels(spec))._value.get()
+    demote = None
+    async with rig.manager.use(spec, allow_cold=False):
+        demote = asyncio.create_task(rig.manager.evict(spec.engine_id, TIER_WARM, "test"))
+        await asyncio.sleep(0)
+        assert rig.manager.placements[spec.engine_id].draining
+        with pytest.raises(Draining):  # no budget left: refused at once, as before
+            async with rig.manager.use(spec, allow_cold=False, cold_timeout_s=0.0):
+                pass
+        waiting = asyncio.create_task(_served(rig.manager, spec, 30.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and not demote.done()  # waits: no new request starts
+    demoted = await asyncio.wait_for(demote, 5)
+    assert (demoted.from_tier, demoted.to_tier) == (HOT, WARM)
+    assert await asyncio.wait_for(waiting, 5) == (HOT, HOT)  # arrived HOT, served HOT again
+    assert rig.manager.placements[spec.engine_id].hot
+    assert rig.model.calls.count(("register", spec.engine_id)) == 2  # promoted from WARM
+    assert rig.metrics.load_bytes.labels(**rig.manager.labels(spec))._value.get() == fetched
 
 
 async def test_drain_timeout_reports_in_use(rig: Rig, make_adapter: MakeAdapter) -> None:
