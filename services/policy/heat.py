@@ -638,6 +638,7 @@ class HeatPolicy:
         versions = snapshot.versions
         ranks = snapshot.ranks
         sc = self._scores(snapshot, now)
+        self._idle_from_load(snapshot, now, sc)
         kind, rate, heat, value, demote = sc.kind, sc.rate, sc.heat, sc.value, sc.demote
         requested, undemoted = sc.requested, sc.undemoted
         # the HOT order: the adaptive experts' when the snapshot carries it (ranking.py: the
@@ -761,6 +762,25 @@ class HeatPolicy:
             actions.extend(self._warm_actions(t, snapshot, targets, value, kind, now))
         actions.extend(self._prewarm_actions(snapshot, targets, sc.prewarm))
         return Plan.of(actions)
+
+    def _idle_from_load(self, snapshot: Snapshot, now: float, sc: _Scores) -> None:
+        """A version HOT on a worker that loaded it less than ``demote.idle_minutes`` ago is
+        not idle: its idle time counts from the later of its last request and that load
+        (``WorkerState.loaded_at``), and from the load alone when it was never requested.
+
+        A worker loads a version on the request path before that request's heat reaches the
+        planner: demoted then as idle (never requested, or not for an hour), the version was
+        promoted again a round later when the heat came (an incumbent above
+        ``promote_min_heat``, ``min_hot_replicas``), and the requests that met the demotion
+        were refused (a worker drains the version it demotes). A version without
+        ``loaded_at`` counts as before."""
+        idle_s = self.config.demote.idle_minutes * 60.0
+        demote = sc.demote
+        for w in snapshot.workers:
+            for vid, at in w.loaded_at.items():
+                if demote.get(vid) is Reason.IDLE and vid in w.hot and now - at <= idle_s:
+                    demote[vid] = None
+                    sc.undemoted.append(vid)
 
     def _wanted_replicas(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 
@@ -10,7 +11,7 @@ from loraplane.policy.config import PlacementConfig, PolicyConfig
 from loraplane.policy.heat import HeatPolicy, SnapshotError
 from loraplane.policy.model import Priority, RequestClass
 from loraplane.policy.plan import Action, ActionKind, Plan, Reason
-from loraplane.policy.snapshot import Snapshot
+from loraplane.policy.snapshot import Snapshot, WorkerState
 
 from .helpers import apply_plan, meta, requested, worker
 
@@ -237,3 +238,43 @@ def test_an_ended_burst_gets_no_replicas_for_its_old_rate() -> None:
     with_liveness = promoted(HEAT)
     assert "t/burst@v1" not in with_liveness
     assert with_liveness["t/steady@v1"] >= 2
+
+
+def test_a_version_loaded_for_a_request_is_not_demoted_before_its_heat_arrives() -> None:
+    """A worker loads a version on the request path, and reports it HOT, before that
+    request's heat reaches the planner. Counted as never requested (idle), it was demoted
+    and, its heat in, promoted again the next round - the wobble that refused the requests
+    meeting the demotion (helper 33's join-prewarm runs, min_hot_replicas 1). Its idle time
+    counts from its load; a version idle for longer than demote.idle_minutes since its last
+    request and its load is still demoted."""
+    policy = HeatPolicy(replace(PolicyConfig(), placement=replace(PlacementConfig(),
+                                                                  min_hot_replicas=1)))
+    chat, old = "t/chat@v1", "t/old@v1"
+    versions = [meta(chat), meta(old), meta("t/other@v1")]
+    idle_s = PolicyConfig().demote.idle_minutes * 60.0
+
+    def w0(hot: set[str], loaded: dict[str, float]) -> WorkerState:
+        return replace(worker("w0", slots=2, hot=hot), loaded_at=MappingProxyType(loaded))
+
+    # round 1: loaded a second ago on the request path, its heat not in yet
+    first = policy.plan(Snapshot.build(versions, [w0({chat}, {chat: NOW - 1.0})], {}), NOW)
+    assert not [a for a in first if a.version_id == chat], list(first)
+    # round 2: its heat is in: kept where it is, as the placement would have promoted it
+    heat_in = {chat: requested([NOW - 1.2])}
+    kept = policy.plan(Snapshot.build(versions, [w0({chat}, {chat: NOW - 1.0})], heat_in),
+                       NOW + 0.5)
+    assert not [a for a in kept if a.version_id == chat], list(kept)
+    demoted = policy.plan(Snapshot.build(versions, [w0(set(), {})], heat_in), NOW + 0.5)
+    assert kinds(demoted, ActionKind.PROMOTE) == {("w0", chat, Reason.HEAT)}
+    # idle counts from the later of the last request and the load
+    stale = {old: requested([NOW - 2 * idle_s])}
+    reloaded = policy.plan(Snapshot.build(versions, [w0({old}, {old: NOW - 1.0})], stale), NOW)
+    assert not [a for a in reloaded if a.version_id == old], list(reloaded)
+    for loads, stats in (({chat: NOW - idle_s - 1.0}, {}),
+                         ({old: NOW - idle_s - 1.0}, stale)):
+        vid = next(iter(loads))
+        plan = policy.plan(Snapshot.build(versions, [w0({vid}, loads)], stats), NOW)
+        assert kinds(plan, ActionKind.DEMOTE) == {("w0", vid, Reason.IDLE)}
+    # without a load time (a snapshot that carries none) as before: never requested is idle
+    plan = policy.plan(Snapshot.build(versions, [w0({chat}, {})], {}), NOW)
+    assert kinds(plan, ActionKind.DEMOTE) == {("w0", chat, Reason.IDLE)}
