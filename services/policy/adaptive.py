@@ -929,6 +929,21 @@ class AdaptiveHeatOnline:
         expert's inflation value ``L`` rises to v's key, as at a victim of :meth:`warm_victim`."""
         self._take_warm(w, v)
 
+    def request_clock(self) -> float:
+        """The request clock now (the last request's index): :meth:`hot_rank` ranks a stream
+        whose end (:meth:`stream_end`) it has reached with the ended ones."""
+        return self._clock
+
+    def stream_end(self, v: int) -> float:
+        """Request clock from which v's stream counts as ended (inf: never; -inf: superseded)."""
+        return self._hdies[v]
+
+    def time_base(self) -> float:
+        """Request clock of the last rebase of the decayed counts (0: none yet). A rebase
+        rescales every version's heat (two distinct keys can become equal), so every rank may
+        change with it."""
+        return self._base
+
     def home_group(self, v: int) -> int:
         """The slot group v's first request was served in (-1: none yet)."""
         return self._group_of[v]

@@ -27,9 +27,12 @@ of the stored statistics, so a takeover does not reshuffle the cluster on no evi
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 from types import MappingProxyType
 from typing import overload
 
@@ -43,6 +46,8 @@ from .snapshot import Ranks
 DEFAULT_HISTORY = 50_000
 """Requests kept for a replay when the universe changes (a rebuild replays them: ~0.5 s of CPU
 for 50,000 on this machine, once per admitted version or worker change)."""
+_NEVER = math.inf
+"""A stream end that never comes (:meth:`AdaptiveHeatOnline.stream_end`)."""
 
 
 class _Latest(Sequence[int]):
@@ -99,6 +104,40 @@ stops tracking (an exact tuple only: not a NamedTuple or dataclass), where 50,00
 objects would be walked by every full collection (issue 18)."""
 
 
+class _Kept:
+    """The order :meth:`AdaptiveRanking.ranks` gave last, kept for the next call.
+
+    Per slot group, its versions from the top of the group's order down (the position is the
+    index): ``entries`` holds each one's (-rank, -version) (ascending = the definition's
+    descending order), ``names`` the version ids beside them; ``lows`` the first position of
+    each group that moved since the last call (-1: none). ``hot`` is every version's keep key
+    as of the last call (positions moved are written again)."""
+
+    __slots__ = ("base", "deadlines", "entries", "entry", "group", "hot", "leads", "lows",
+                 "names", "warm", "warm_leads")
+
+    def __init__(self, n_groups: int, n_versions: int, base: float) -> None:
+        self.base = base
+        """The experts' rebase point these ranks were read at (another: rank everything)."""
+        self.entries: list[list[tuple[float, float, int]]] = [[] for _ in range(n_groups)]
+        self.names: list[list[str]] = [[] for _ in range(n_groups)]
+        self.lows = [-1] * n_groups
+        self.entry: list[tuple[float, float, int]] = [(0.0, 0.0, 0)] * n_versions
+        """Each version's entry in its group's order."""
+        self.group = [0] * n_versions
+        """The group each version ranks in."""
+        self.hot: dict[str, float] = {}
+        self.leads: list[str] = []
+        """Each group's leading HOT expert when last ranked."""
+        self.warm_leads: dict[str, str] = {}
+        """Each worker's leading WARM expert when last ranked."""
+        self.deadlines: list[tuple[float, int]] = []
+        """(stream end, version) ahead of the request clock, a heap (stale entries allowed:
+        ranking a version again is always exact)."""
+        self.warm: dict[tuple[str, str], float] = {}
+        """The WARM keys given last."""
+
+
 class AdaptiveRanking:
     """The adaptive heat experts over the live cluster (see the module docstring)."""
 
@@ -126,6 +165,17 @@ class AdaptiveRanking:
         self._slots = 0
         self._resident: dict[str, frozenset[str]] = {}
         self._current: _Request | None = None
+        self._kept: _Kept | None = None
+        self._touched: set[int] = set()
+        """Versions whose rank may have changed since the last :meth:`ranks` (a request of
+        theirs or of another version of their adapter, a serve)."""
+        self._touched_tenants: set[int] = set()
+        """Tenants with a request since (the WARM keys' tenant refresh)."""
+        self._siblings: list[tuple[int, ...]] = []
+        """Per version, the other versions of its adapter (a release may supersede them)."""
+        self._tenant_of: list[int] = []
+        self._tenant_vids: list[list[str]] = []
+        """Per tenant code, its version ids."""
         self.seen = 0
         """Requests fed to the current experts (a rebuild counts its replay)."""
 
@@ -202,11 +252,89 @@ class AdaptiveRanking:
 
     def ranks(self, resident: Iterable[tuple[str, str]]) -> Ranks | None:
         """The experts' order for a plan (None until :attr:`ready`); ``resident``: the
-        (worker id, version id) pairs whose WARM key the plan needs."""
+        (worker id, version id) pairs whose WARM key the plan needs.
+
+        Incremental: the order of the last call is kept (:class:`_Kept`) and only the
+        versions whose rank may have changed since are ranked again — a request of the version
+        (or of another version of its adapter: a release supersedes), its first serve (its
+        home group), its stream's end reached by the request clock, a switch of its group's
+        leading HOT expert; a WARM key also with a request of its tenant (the tenant refresh)
+        or a switch of its worker's WARM expert, and a pair not asked last time (a residency
+        change). A rebase of the decayed counts (every heat rescaled: distinct keys may tie)
+        or a new universe ranks everything again. The same :class:`Ranks` as
+        :meth:`ranks_from_scratch`, the definition (``tests/unit/policy/test_ranking.py``
+        compares them round by round)."""
         online = self._online
         if online is None or not self.ready:
             return None
-        n_bm = max(1, len(self._bindex))
+        kept = self._kept
+        touched, tenants = self._touched, self._touched_tenants
+        self._touched, self._touched_tenants = set(), set()
+        if kept is None or kept.base != online.time_base():
+            kept = self._kept = self._rank_all(online)
+            stale_wids: set[str] = set(self._windex)
+            stale: set[str] = set()
+        else:
+            dirty = touched
+            # a group whose leading HOT expert switched: all its members
+            for g, lead in enumerate(kept.leads):
+                now_lead = online.hot_expert(g)
+                if now_lead != lead:
+                    kept.leads[g] = now_lead
+                    dirty.update(-e[2] for e in kept.entries[g])
+            # streams whose end the request clock reached: ended now
+            clock = online.request_clock()
+            deadlines = kept.deadlines
+            while deadlines and deadlines[0][0] <= clock:
+                dirty.add(heappop(deadlines)[1])
+            for vi in dirty:
+                self._rank_one(online, kept, vi, clock)
+            if len(deadlines) > 2 * len(self._vids) + 64:
+                self._refile_deadlines(online, kept, clock)
+            names, lows, keys = kept.names, kept.lows, self._position_keys
+            hot = kept.hot
+            for g, lo in enumerate(lows):
+                if lo >= 0:
+                    run = names[g]
+                    hot.update(zip(run[lo:], keys[lo:len(run)], strict=True))
+                    lows[g] = -1
+            vids = self._vids
+            stale = {vids[vi] for vi in dirty}
+            by_tenant = self._tenant_vids
+            for t in tenants:
+                stale.update(by_tenant[t])
+            stale_wids = set()
+            for wid, wi in self._windex.items():
+                lead = online.warm_expert(wi)
+                if kept.warm_leads.get(wid) != lead:
+                    kept.warm_leads[wid] = lead
+                    stale_wids.add(wid)
+        # WARM keys: the last call's where nothing they read changed
+        before = kept.warm
+        warm: dict[tuple[str, str], float] = {}
+        windex, vindex, warm_rank = self._windex, self._vindex, online.warm_rank
+        for pair in resident:
+            k = before.get(pair)
+            wid, vid = pair
+            if k is None or vid in stale or wid in stale_wids:
+                w_at = windex.get(wid)
+                v_at = vindex.get(vid)
+                if w_at is None or v_at is None:
+                    continue
+                k = warm_rank(w_at, v_at)
+            warm[pair] = k
+        kept.warm = warm
+        return Ranks(MappingProxyType(dict(kept.hot)), MappingProxyType(warm),
+                     MappingProxyType(self._hot_experts(online)),
+                     MappingProxyType({wid: online.warm_expert(wi)
+                                       for wid, wi in self._windex.items()}))
+
+    def ranks_from_scratch(self, resident: Iterable[tuple[str, str]]) -> Ranks | None:
+        """:meth:`ranks` by its definition, every version ranked again (what the incremental
+        order must equal; it reads the experts only, and keeps nothing)."""
+        online = self._online
+        if online is None or not self.ready:
+            return None
         # a version not served yet ranks in the first worker's group of its base model
         home, hot_rank = online.home_group, online.hot_rank
         homes = [g if (g := home(vi)) >= 0 else first
@@ -226,13 +354,78 @@ class AdaptiveRanking:
             v_at = self._vindex.get(vid)
             if w_at is not None and v_at is not None:
                 warm[(wid, vid)] = online.warm_rank(w_at, v_at)
-        hot_experts = {
+        warm_experts = {wid: online.warm_expert(wi) for wid, wi in self._windex.items()}
+        return Ranks(MappingProxyType(hot), MappingProxyType(warm),
+                     MappingProxyType(self._hot_experts(online)), MappingProxyType(warm_experts))
+
+    def _hot_experts(self, online: AdaptiveHeatOnline) -> dict[str, str]:
+        n_bm = max(1, len(self._bindex))
+        return {
             f"{wid}/{bm}": online.hot_expert(wi * n_bm + bi)
             for wid, wi in self._windex.items() for bm, bi in self._bindex.items()
         }
-        warm_experts = {wid: online.warm_expert(wi) for wid, wi in self._windex.items()}
-        return Ranks(MappingProxyType(hot), MappingProxyType(warm),
-                     MappingProxyType(hot_experts), MappingProxyType(warm_experts))
+
+    def _rank_all(self, online: AdaptiveHeatOnline) -> _Kept:
+        """Every version ranked (the first call on these experts, or after a rebase)."""
+        n_groups = max(1, len(self._windex)) * max(1, len(self._bindex))
+        kept = _Kept(n_groups, len(self._vids), online.time_base())
+        home, hot_rank = online.home_group, online.hot_rank
+        clock = online.request_clock()
+        entries, names, vids, groups = kept.entries, kept.names, self._vids, kept.group
+        for vi, first in enumerate(self._first_groups):
+            g = home(vi)
+            if g < 0:
+                g = first
+            r0, r1 = hot_rank(g, vi)
+            entry = (-r0, -r1, -vi)
+            kept.entry[vi] = entry
+            groups[vi] = g
+            entries[g].append(entry)
+        for g, run in enumerate(entries):
+            run.sort()
+            names[g] = [vids[-e[2]] for e in run]
+            kept.hot.update(zip(names[g], self._position_keys, strict=False))
+        kept.leads = [online.hot_expert(g) for g in range(n_groups)]
+        kept.warm_leads = {wid: online.warm_expert(wi) for wid, wi in self._windex.items()}
+        self._refile_deadlines(online, kept, clock)
+        return kept
+
+    def _rank_one(self, online: AdaptiveHeatOnline, kept: _Kept, vi: int, clock: float) -> None:
+        """Rank ``vi`` again; move it in (or between) the groups' orders if it changed."""
+        g = online.home_group(vi)
+        if g < 0:
+            g = self._first_groups[vi]
+        r0, r1 = online.hot_rank(g, vi)
+        entry = (-r0, -r1, -vi)
+        end = online.stream_end(vi)
+        if clock < end < _NEVER:
+            heappush(kept.deadlines, (end, vi))
+        old, was = kept.entry[vi], kept.group[vi]
+        if was == g and old == entry:
+            return
+        lows = kept.lows
+        run = kept.entries[was]
+        j = bisect_left(run, old)
+        del run[j]
+        del kept.names[was][j]
+        if lows[was] < 0 or j < lows[was]:
+            lows[was] = j
+        run = kept.entries[g]
+        j = bisect_left(run, entry)
+        run.insert(j, entry)
+        kept.names[g].insert(j, self._vids[vi])
+        if lows[g] < 0 or j < lows[g]:
+            lows[g] = j
+        kept.entry[vi] = entry
+        kept.group[vi] = g
+
+    @staticmethod
+    def _refile_deadlines(online: AdaptiveHeatOnline, kept: _Kept, clock: float) -> None:
+        """The stream ends still ahead of the request clock, one entry per version."""
+        ends = [(end, vi) for vi in range(len(kept.entry))
+                if clock < (end := online.stream_end(vi)) < _NEVER]
+        heapify(ends)
+        kept.deadlines = ends
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -257,11 +450,21 @@ class AdaptiveRanking:
         self._resident = {}
         self.seen = 0
         self._clock = 0
+        self._kept = None
         if not vs or not self._workers or self._slots <= 0:
             self._online = None
             return
         adapters = _intern(r.adapter_id for r in vs)
         tenants = _intern(r.tenant_id for r in vs)
+        per_adapter: dict[int, list[int]] = {}
+        for vi, a in enumerate(adapters):
+            per_adapter.setdefault(a, []).append(vi)
+        self._siblings = [tuple(u for u in per_adapter[a] if u != vi) for vi, a in
+                          enumerate(adapters)]
+        self._tenant_of = tenants
+        self._tenant_vids = [[] for _ in range(max(tenants, default=-1) + 1)]
+        for r, t in zip(vs, tenants, strict=True):
+            self._tenant_vids[t].append(r.version_id)
         versions, classes, priorities, canary = self._cols
         ctx = OnlineContext(
             n_versions=len(vs), n_workers=len(self._workers), n_base_models=len(bms),
@@ -274,6 +477,7 @@ class AdaptiveRanking:
         for req in self._log:
             self._arrive(req)
             self.served()
+        self._touched, self._touched_tenants = set(), set()
 
     def _arrive(self, req: _Request) -> None:
         self._current = None
@@ -293,6 +497,11 @@ class AdaptiveRanking:
         self._clock += 1
         self.seen += 1
         self._current = req
+        self._touched.add(vi)
+        siblings = self._siblings[vi]
+        if siblings:
+            self._touched.update(siblings)
+        self._touched_tenants.add(self._tenant_of[vi])
 
     def _serve(self, req: _Request) -> None:
         online = self._online
@@ -301,6 +510,7 @@ class AdaptiveRanking:
         if online is not None and wi is not None and vi is not None:
             bi = self._bindex[self._versions[vi].base_model]
             online.note_served(wi * max(1, len(self._bindex)) + bi, wi, vi)
+            self._touched.add(vi)  # its home group, its reuse key
 
 
 def _intern(names: Iterator[str] | Iterable[str]) -> list[int]:
