@@ -235,6 +235,8 @@ class Round:
 
 _REMOVES_HOT = frozenset({CommandKind.DEMOTE, CommandKind.EVICT})
 """Commands that take a version out of HOT on a worker."""
+_NO_ORDER: tuple[HotOrder, tuple[tuple[int, int], ...]] = ((), ())
+"""What a worker never sent a HOT order was sent (:attr:`Planner._hot_orders`)."""
 
 
 class Planner:
@@ -263,8 +265,8 @@ class Planner:
         self._meta_dict: dict[str, VersionMeta] = {}
         self._meta_view: Mapping[str, VersionMeta] = MappingProxyType(self._meta_dict)
         self._ranked_versions: tuple[RankedVersion, ...] = ()
-        self._hot_orders: dict[str, HotOrder] = {}
-        """The HOT order each worker was last sent (:meth:`hot_order_sent`)."""
+        self._hot_orders: dict[str, tuple[HotOrder, tuple[tuple[int, int], ...]]] = {}
+        """The HOT order each worker was last sent (:meth:`hot_order_sent`), with its shape."""
 
     # ------------------------------------------------------------------ snapshot
 
@@ -519,15 +521,16 @@ class Planner:
                 (rec.engine_id, ranks.hot_key(vid)) for vid in w.hot()
                 if (rec := state.versions.get(vid)) is not None and rec.engine_id
             ))
-            sent = self._hot_orders.get(wid, ())  # an empty HOT set needs no order
-            if (order and wid in loading and order != sent) or \
-                    order_shape(sent) != order_shape(order):
+            sent, shape = self._hot_orders.get(wid, _NO_ORDER)  # an empty HOT set needs none
+            if order == sent:
+                continue  # the very order sent: nothing to send again
+            if (order and wid in loading) or shape != order_shape(order):
                 out[wid] = order
         return out
 
     def hot_order_sent(self, worker_id: str, order: HotOrder) -> None:
         """``order`` reached the broker for ``worker_id`` (sent again only once it changes)."""
-        self._hot_orders[worker_id] = order
+        self._hot_orders[worker_id] = (order, order_shape(order))
 
     def _protected(self, snapshot: Snapshot, vid: str) -> bool:
         """Whether the policy protects ``vid`` (active canary, protected priority)."""
@@ -668,11 +671,18 @@ class Planner:
         reqs = self.requirements(state, now)
         required = {r.version_id for r in reqs}
         protected: set[tuple[str, str]] = set()
+        # where each required version is HOT, in worker order: what the loop below changes
+        # never alters it (it loads the version it serves, and displaces no required one)
+        hot_holders: dict[str, list[str]] = {vid: [] for vid in required}
+        for wid, pr in proj.items():
+            slots = pr.slots
+            for vid in required.intersection(slots):
+                if slots[vid].tier is Tier.HOT:
+                    hot_holders[vid].append(wid)
         for req in reqs:
             rec = versions[req.version_id]
             vid = req.version_id
-            holders = [wid for wid, pr in proj.items()
-                       if (held := pr.slots.get(vid)) is not None and held.tier is Tier.HOT]
+            holders = hot_holders[vid]
             for wid in holders[: req.replicas]:
                 protected.add((wid, vid))
             missing = req.replicas - len(holders)
