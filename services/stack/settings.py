@@ -9,7 +9,7 @@ overridden with ``LORAPLANE_STACK_<NAME>`` environment variables.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -221,6 +221,13 @@ class StackSettings(BaseSettings):
                             self.s3_secret_key if secret_key is None else secret_key,
                             secure=bool(self.s3_tls),
                             ca_file=str(self.ca_file) if self.s3_tls else "")
+
+    def s3_settings(self) -> dict[str, Any]:
+        """The S3 fields of a service's settings on this stack's gateway, HTTPS trusting the
+        dev CA with ``s3_tls``: ``WorkerSettings(**stack.s3_settings(), ...)``."""
+        return {"s3_endpoint": self.s3_endpoint, "s3_access_key": self.s3_access_key,
+                "s3_secret_key": self.s3_secret_key, "s3_secure": bool(self.s3_tls),
+                "s3_ca_file": str(self.ca_file) if self.s3_tls else ""}
 
     def client_env(self) -> dict[str, str]:
         """``LORAPLANE_*`` variables that point every service and the CLI at this stack."""

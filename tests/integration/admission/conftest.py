@@ -95,9 +95,7 @@ def admission_settings(stack: Stack, keys: Keys, quarantine: Path, **over: Any
     values: dict[str, Any] = {
         "postgres_dsn": env["LORAPLANE_POSTGRES_DSN"],
         "kafka_bootstrap": env["LORAPLANE_KAFKA_BOOTSTRAP"],
-        "s3_endpoint": env["LORAPLANE_S3_ENDPOINT"],
-        "s3_access_key": env["LORAPLANE_S3_ACCESS_KEY"],
-        "s3_secret_key": env["LORAPLANE_S3_SECRET_KEY"],
+        **stack.settings.s3_settings(),
         "artifact_bucket": env["LORAPLANE_ARTIFACT_BUCKET"],
         "admission_metrics_port": 0,
         "admission_consumer_group": f"admission-test-{uuid.uuid4().hex[:8]}",
@@ -115,9 +113,7 @@ def admission_settings(stack: Stack, keys: Keys, quarantine: Path, **over: Any
 
 @pytest.fixture(scope="session")
 def s3(stack: Stack) -> Minio:
-    s = stack.settings
-    return Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
-                 secure=False, region="us-east-1")
+    return stack.settings.s3_client()
 
 
 @pytest.fixture(scope="session")

@@ -12,9 +12,7 @@ from loraplane.stack.stack import Stack
 
 
 def _client(stack: Stack, secret: str | None = None) -> Minio:
-    s = stack.settings
-    return Minio(s.s3_endpoint, access_key=s.s3_access_key,
-                 secret_key=secret or s.s3_secret_key, secure=False, region="us-east-1")
+    return stack.settings.s3_client(secret_key=secret)
 
 
 def test_put_get_stat(stack: Stack, unique: str) -> None:
@@ -44,8 +42,7 @@ def test_wrong_secret_is_refused(stack: Stack) -> None:
 
 def test_unknown_access_key_is_refused(stack: Stack) -> None:
     s = stack.settings
-    client = Minio(s.s3_endpoint, access_key="nobody", secret_key="x", secure=False,
-                   region="us-east-1")
+    client = s.s3_client("nobody", "x")
     with pytest.raises(S3Error) as err:
         client.bucket_exists(s.artifact_bucket)
     assert err.value.code in {"InvalidAccessKeyId", "AccessDenied"}

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-from minio import Minio
 
 from loraplane.stack.stack import Stack
 from loraplane.worker.errors import DownloadFailed
@@ -17,14 +16,13 @@ from loraplane.worker.store import CHUNK_BYTES, MinioStore, download, get_and_ha
 
 def _store(stack: Stack) -> tuple[MinioStore, str]:
     s = stack.settings
-    return MinioStore(s.s3_endpoint, s.s3_access_key, s.s3_secret_key), s.artifact_bucket
+    return MinioStore(s.s3_endpoint, s.s3_access_key, s.s3_secret_key, secure=bool(s.s3_tls),
+                      ca_file=str(s.ca_file) if s.s3_tls else ""), s.artifact_bucket
 
 
 def _put(stack: Stack, key: str, data: bytes) -> None:
     s = stack.settings
-    client = Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
-                   secure=False, region="us-east-1")
-    client.put_object(s.artifact_bucket, key, io.BytesIO(data), len(data))
+    s.s3_client().put_object(s.artifact_bucket, key, io.BytesIO(data), len(data))
 
 
 @pytest.mark.parametrize("size", [0, 1, CHUNK_BYTES, 2 * CHUNK_BYTES + 12345])
