@@ -304,7 +304,7 @@ class HostTier:
                 spec.size_bytes)
             t2 = time.perf_counter()
             entry, checked = await asyncio.to_thread(self._verify_and_place, spec, incoming,
-                                                     digests, signed)
+                                                     digests, signed, read)
             t3 = time.perf_counter()
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, incoming, True)
@@ -429,8 +429,11 @@ class HostTier:
 
     def _verify_and_place(
         self, spec: ArtifactSpec, incoming: Path, digests: dict[str, str],
-        signed: dict[str, str] | SignatureError,
+        signed: dict[str, str] | SignatureError, size: int,
     ) -> tuple[HostEntry, _Checked]:
+        """Check the streamed digests against the signed ones and the manifest digest and
+        rank against the spec, then write ``meta.json`` and rename the entry into place;
+        ``size``: the bytes the download wrote (every file of the entry)."""
         t_check = time.perf_counter()
         files_dir = incoming / FILES_DIR
         try:
@@ -442,7 +445,6 @@ class HostTier:
         rank = self._check_digest(spec, files_dir, digest)
         t0 = time.perf_counter()
         now = self.clock()
-        size = _tree_size(files_dir)
         meta = {"spec": asdict(spec), "rank": rank, "size_bytes": size,
                 "verified_at": now.isoformat()}
         (incoming / META_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -526,27 +528,36 @@ class _DirSync:
     """fsyncs a directory in a background thread after its entries changed, coalescing
     requests: a placement's rename is made durable without the load waiting for it (a
     rename lost to a crash only costs a download again; every entry is re-verified on
-    restart in any case)."""
+    restart in any case). The thread waits ``linger_s`` for the next request before it
+    ends, so loads in a row do not each start one (a thread start: 0.3-0.5 ms of the
+    placement on this host)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, linger_s: float = 30.0) -> None:
         self.path = path
-        self._lock = threading.Lock()
+        self.linger_s = linger_s
+        self._cond = threading.Condition(threading.Lock())
         self._wanted = False
         self._running = False
+        self.threads_started = 0
 
     def request(self) -> None:
-        with self._lock:
+        with self._cond:
             self._wanted = True
             if self._running:
+                self._cond.notify()
                 return
             self._running = True
+            self.threads_started += 1
         threading.Thread(target=self._run, name="lp-host-dirsync", daemon=True).start()
 
     def _run(self) -> None:
         while True:
-            with self._lock:
+            with self._cond:
                 if not self._wanted:
+                    self._cond.wait(self.linger_s)
+                if not self._wanted:  # nothing asked for within linger_s
                     self._running = False
+                    self._cond.notify_all()
                     return
                 self._wanted = False
             try:

@@ -259,3 +259,26 @@ async def test_the_fetch_timing_splits_the_download_and_the_verification(
     assert sum(verify) == pytest.approx(t.verify_s, abs=1e-9)
     assert t.prepare_s >= 0 and t.list_s >= 0
     assert 0 < t.signature_s
+
+
+def test_directory_sync_thread_serves_requests_in_a_row_then_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from loraplane.worker import host_tier
+
+    synced = threading.Semaphore(0)
+    monkeypatch.setattr(host_tier, "_fsync_dir", lambda path: synced.release())
+    sync = host_tier._DirSync(tmp_path, linger_s=60.0)
+    for _ in range(3):  # each waits for its fsync: the thread is idle between requests
+        sync.request()
+        assert synced.acquire(timeout=30)
+    assert sync.threads_started == 1  # one thread served all three
+    ending = host_tier._DirSync(tmp_path, linger_s=0.0)
+    ending.request()
+    assert synced.acquire(timeout=30)
+    with ending._cond:  # the thread ends once it is idle for linger_s
+        assert ending._cond.wait_for(lambda: not ending._running, timeout=30)
+    ending.request()
+    assert synced.acquire(timeout=30) and ending.threads_started == 2
