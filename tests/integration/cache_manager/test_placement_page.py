@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from minio import Minio
 from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager.model import Ref
@@ -152,8 +151,7 @@ def worker_settings(stack: Stack, tmp: Path, worker_id: str) -> WorkerSettings:
     demo = build_demo()
     return WorkerSettings(
         worker_id=worker_id, worker_grpc_port=0, worker_metrics_port=0,
-        kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-        s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
+        kafka_bootstrap=s.kafka_bootstrap, **s.s3_settings(),
         artifact_bucket=s.artifact_bucket, base_model=demo.base_model.name,
         base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
         tokenizer_revision=demo.base_model.tokenizer_revision,
@@ -229,8 +227,7 @@ async def test_placement_page_in_headless_chromium(
     registry = Registry(s.postgres_dsn, tenant)
     await registry.tenant_row()
     demo = build_demo()
-    s3 = Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
-               secure=False, region="us-east-1")
+    s3 = s.s3_client()
     refs: list[Ref] = []
     uris: list[str] = []
     for i in range(9):  # eight placed by heat, the ninth heated while the page is open
