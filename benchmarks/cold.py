@@ -25,7 +25,7 @@ object-store GET + sha256 of the same bytes, measured in one run.
    overlap), ``verify_s`` (of which ``place_s``), ``register_s``; and the COLD load's wall
    time step by step along its critical path (``steps_s``, :data:`STEPS`: version lock,
    checks, the download of the file that finished last as dispatch / GET headers / stream /
-   drain / loop wake-up, the verification's hops, checks and placement, the slot search,
+   drain, then in its thread the checks and placement, the loop's wake-up, the slot search,
    ``add_lora``, the bookkeeping after it; ``rest`` = what they leave of the wall time),
    ``outside_s`` (the load less download, verify and ``add_lora``) and ``gc_s`` (the
    collector's time inside the load); MB = 10^6 bytes;
@@ -86,15 +86,15 @@ BENCH_MODEL = "loraplane/bench-llama"
 BUCKET = "loraplane-artifacts"
 MAX_LORA_RANK = 256
 SEED = 20261129
-STEPS = ("lock", "prepare", "dispatch", "open", "stream", "tail", "resume", "verify hops",
-         "check", "place", "ready", "room", "register", "finish", "account")
+STEPS = ("lock", "prepare", "dispatch", "open", "stream", "tail", "check", "place", "resume",
+         "ready", "room", "register", "finish", "account")
 """The steps of a COLD→HOT load in order (``LoadOutcome`` and its ``FetchTiming``): the
 version lock; the spec's checks and the byte reservation (and a listing); the download
 of the file that finished last: its thread's dispatch, GET until headers, the stream to
 its last byte, the drain of the hasher / writer threads (and the signature check when
-it is the bundle), the loop's wake-up; the verification's thread hops, the digest and
-rank checks, meta.json + rename; the placement's bookkeeping, the slot search (room
-lock), ``add_lora``, the outcome, the metrics after it."""
+it is the bundle); in that thread, the digest and rank checks, meta.json + rename; the
+loop's wake-up; the placement's bookkeeping, the slot search (room lock), ``add_lora``,
+the outcome, the metrics after it."""
 
 
 def _repo_root() -> Path:
@@ -407,8 +407,8 @@ def cold_steps(pipeline_s: float, cold: Any) -> dict[str, float]:
     f = cold.fetch
     steps = {
         "lock": cold.lock_s, "prepare": f.prepare_s + f.list_s, "dispatch": f.dispatch_s,
-        "open": f.open_s, "stream": f.stream_s, "tail": f.tail_s, "resume": f.resume_s,
-        "verify hops": f.verify_hops_s, "check": f.check_s, "place": f.place_s,
+        "open": f.open_s, "stream": f.stream_s, "tail": f.tail_s, "check": f.check_s,
+        "place": f.place_s, "resume": f.resume_s,
         "ready": cold.ready_s, "room": cold.slot_wait_s, "register": cold.register_s,
         "finish": cold.finish_s, "account": cold.account_s,
     }

@@ -121,9 +121,10 @@ class FetchTiming:
 
     list_s: float = 0.0
     download_s: float = 0.0
-    """Wall time of the parallel downloads (GET, hash and write overlapped)."""
+    """Wall time of the parallel downloads (GET, hash and write overlapped), until the
+    last file is on disk."""
     verify_s: float = 0.0
-    """Signature, digests, rank and placement after the last byte arrived."""
+    """Digests, rank and placement after the last file is on disk (in its thread)."""
     bytes_read: int = 0
     get_s: float = 0.0
     """Time the readers waited for the store (summed over the files)."""
@@ -150,17 +151,14 @@ class FetchTiming:
     """Part of ``download_s``, that file: last byte read to the file closed (the hasher and
     writer threads draining), plus the signature check when that file is the bundle."""
     resume_s: float = 0.0
-    """Part of ``download_s``: from that file's thread ending until the event loop resumed
-    with every file (the wake-up of the loop), and the size checks."""
+    """After ``verify_s``: from the placement in that thread until the event loop resumed
+    with the entry (the loop's wake-up)."""
     signature_s: float = 0.0
     """Authenticating the signature bundle, in its download's thread as soon as it has
     arrived (overlapped with the other files unless the bundle finished last)."""
     check_s: float = 0.0
     """Part of ``verify_s``: the streamed digests against the signed ones, the manifest
     digest against the admitted one, the rank."""
-    verify_hops_s: float = 0.0
-    """Part of ``verify_s``: handing the verification to a thread and the loop's wake-up
-    after it (``verify_s - check_s - place_s``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +177,17 @@ class _Checked:
 
     check_s: float
     place_s: float
+
+
+@dataclass(slots=True)
+class _Landing:
+    """The placement of one fetch, made in the thread of the download that ends last:
+    the fetch that gives up sets ``abandoned`` under ``lock`` (no placement after it) and
+    removes what ``placed`` renamed into place before."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    abandoned: bool = False
+    placed: HostEntry | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,34 +306,45 @@ class HostTier:
         token = uuid.uuid4().hex
         self._reserve(token, budget, spec.name)
         incoming = self.root / ".incoming" / token
+        landing = _Landing()
+
+        def place(digests: dict[str, str], size: int,
+                  signed: dict[str, str] | SignatureError) -> tuple[HostEntry, _Checked]:
+            return self._verify_and_place(spec, incoming, digests, signed, size, landing)
+
         try:
             t1 = time.perf_counter()
-            digests, read, streamed, signed, ran = await self._download(
+            read, streamed, ran, last, (entry, checked, placed_at) = await self._download(
                 location.bucket, location.key, rel_paths, incoming / FILES_DIR, budget,
-                spec.size_bytes)
-            t2 = time.perf_counter()
-            entry, checked = await asyncio.to_thread(self._verify_and_place, spec, incoming,
-                                                     digests, signed, read)
+                spec.size_bytes, place)
             t3 = time.perf_counter()
         except BaseException:
-            await asyncio.to_thread(shutil.rmtree, incoming, True)
+            await asyncio.to_thread(self._abandon, landing, incoming)
             raise
         finally:
             self._reserved.pop(token, None)
         self._entries[spec.engine_id] = entry
-        # the critical path of the download: the file whose thread ended last
-        last = max(range(len(ran)), key=lambda i: ran[i].ended)
+        # the critical path: the file whose thread ended last (and verified and placed)
         crit, own = streamed[last], ran[last]
         signature_s = next((r.signature_s for r in ran if r.signature_s), 0.0)
         return entry, FetchTiming(
-            list_s, t2 - t1, t3 - t2, read, get_s=sum(x.get_s for x in streamed),
-            hash_s=sum(x.hash_s for x in streamed), write_s=sum(x.write_s for x in streamed),
-            place_s=checked.place_s, prepare_s=t1 - t_start - list_s,
-            dispatch_s=own.started - t1,
+            list_s, own.ended - t1, checked.check_s + checked.place_s, read,
+            get_s=sum(x.get_s for x in streamed), hash_s=sum(x.hash_s for x in streamed),
+            write_s=sum(x.write_s for x in streamed), place_s=checked.place_s,
+            prepare_s=t1 - t_start - list_s, dispatch_s=own.started - t1,
             open_s=own.ended - own.started - crit.stream_s - crit.tail_s - own.signature_s,
             stream_s=crit.stream_s, tail_s=crit.tail_s + own.signature_s,
-            resume_s=t2 - own.ended, signature_s=signature_s, check_s=checked.check_s,
-            verify_hops_s=(t3 - t2) - checked.check_s - checked.place_s)
+            resume_s=t3 - placed_at, signature_s=signature_s, check_s=checked.check_s)
+
+    def _abandon(self, landing: _Landing, incoming: Path) -> None:
+        """A fetch that failed or was cancelled: no placement from now on, and nothing of
+        it stays (threads still downloading write into a deleted directory)."""
+        with landing.lock:
+            landing.abandoned = True
+            placed, landing.placed = landing.placed, None
+        if placed is not None:
+            self._trash(placed.dir)
+        shutil.rmtree(incoming, ignore_errors=True)
 
     def _relative_paths(self, spec: ArtifactSpec, root_key: str, keys: list[str]) -> list[str]:
         if not keys:
@@ -345,17 +365,20 @@ class HostTier:
     async def _download(
         self, bucket: str, root_key: str, rel_paths: list[str], dest: Path, budget: int,
         declared: int,
-    ) -> tuple[dict[str, str], int, list[Streamed], dict[str, str] | SignatureError,
-               list[_Ran]]:
-        """Fetch every file in parallel; ``({rel path: sha256}, bytes, per file, signed,
-        when each file's thread ran)``.
+        place: Callable[[dict[str, str], int, dict[str, str] | SignatureError],
+                        tuple[HostEntry, _Checked]],
+    ) -> tuple[int, list[Streamed], list[_Ran], int, tuple[HostEntry, _Checked, float]]:
+        """Fetch every file in parallel, then verify and place them in the thread of the
+        download that ends last (no hand-back to the event loop in between); returns
+        ``(bytes, per file, when each file's thread ran, index of that last file,
+        (entry, verification times, instant it was placed))``.
 
         The signature bundle is authenticated as soon as it has arrived, while the other
-        files still stream: ``signed`` is its ``{path: sha256}`` or the
-        :class:`SignatureError` it failed with (judged after the downloads, so a download
-        failure is reported first). ``declared`` > 0 caps the adapter files at that many
-        bytes and the signature at :data:`SIGNATURE_ALLOWANCE`; a larger object is cut
-        off (:class:`DownloadFailed`).
+        files still stream: ``place`` gets the streamed ``{rel path: sha256}``, the bytes,
+        and the bundle's ``{path: sha256}`` or the :class:`SignatureError` it failed with
+        (judged once every download succeeded, so a download failure is reported first).
+        ``declared`` > 0 caps the adapter files at that many bytes and the signature at
+        :data:`SIGNATURE_ALLOWANCE`; a larger object is cut off (:class:`DownloadFailed`).
         """
         def cap(rel: str) -> int:
             if declared <= 0:
@@ -364,21 +387,51 @@ class HostTier:
 
         signed: list[dict[str, str] | SignatureError] = []
         clock = time.perf_counter
+        lock = threading.Lock()
+        finished: dict[str, tuple[Streamed, _Ran]] = {}
+        failed = [False]
+        landed: list[tuple[str, tuple[HostEntry, _Checked, float]]] = []
+
+        def finish() -> tuple[HostEntry, _Checked, float]:
+            streamed = {rel: finished[rel][0] for rel in rel_paths}
+            total = sum(r.size for r in streamed.values())
+            content = total - streamed[SIGNATURE_FILENAME].size if SIGNATURE_FILENAME in \
+                streamed else total
+            if total > budget or (declared > 0 and content > declared):
+                raise DownloadFailed(
+                    f"{root_key}: {content} bytes of adapter files exceed the declared "
+                    f"{declared}")
+            digests = {rel: r.sha256 for rel, r in streamed.items() if rel != SIGNATURE_FILENAME}
+            if not signed:
+                raise DigestMismatch(f"{root_key}: no {SIGNATURE_FILENAME}")
+            entry, checked = place(digests, total, signed[0])
+            return entry, checked, clock()
 
         def fetch_one(rel: str) -> tuple[Streamed, _Ran]:
             started = clock()
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)  # in this thread
-            streamed = download(self.store, bucket, root_key + rel, dest / rel,
-                                max_bytes=cap(rel))
-            signature_s = 0.0
-            if rel == SIGNATURE_FILENAME:
-                t0 = clock()
-                try:
-                    signed.append(signed_digests(dest / rel, self.trusted_keys))
-                except SignatureError as exc:
-                    signed.append(exc)
-                signature_s = clock() - t0
-            return streamed, _Ran(started, clock(), signature_s)
+            try:
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)  # in this thread
+                streamed = download(self.store, bucket, root_key + rel, dest / rel,
+                                    max_bytes=cap(rel))
+                signature_s = 0.0
+                if rel == SIGNATURE_FILENAME:
+                    t0 = clock()
+                    try:
+                        signed.append(signed_digests(dest / rel, self.trusted_keys))
+                    except SignatureError as exc:
+                        signed.append(exc)
+                    signature_s = clock() - t0
+            except BaseException:
+                with lock:
+                    failed[0] = True
+                raise
+            ran = _Ran(started, clock(), signature_s)
+            with lock:
+                finished[rel] = (streamed, ran)
+                last = len(finished) == len(rel_paths) and not failed[0]
+            if last:  # every other file is on disk: verify and place here, at once
+                landed.append((rel, finish()))
+            return streamed, ran
 
         results = await asyncio.gather(
             *(asyncio.to_thread(fetch_one, rel) for rel in rel_paths), return_exceptions=True,
@@ -387,19 +440,9 @@ class HostTier:
             if isinstance(r, BaseException):
                 raise r
         done = [r for r in results if not isinstance(r, BaseException)]
-        streamed = [r[0] for r in done]
-        sizes = {rel: r.size for rel, r in zip(rel_paths, streamed, strict=True)}
-        total = sum(sizes.values())
-        content = total - sizes.get(SIGNATURE_FILENAME, 0)
-        if total > budget or (declared > 0 and content > declared):
-            raise DownloadFailed(
-                f"{root_key}: {content} bytes of adapter files exceed the declared {declared}"
-            )
-        digests = {rel: r.sha256 for rel, r in zip(rel_paths, streamed, strict=True)
-                   if rel != SIGNATURE_FILENAME}
-        if not signed:
-            raise DigestMismatch(f"{root_key}: no {SIGNATURE_FILENAME}")
-        return digests, total, streamed, signed[0], [r[1] for r in done]
+        last_rel, outcome = landed[0]
+        return (sum(r[0].size for r in done), [r[0] for r in done], [r[1] for r in done],
+                rel_paths.index(last_rel), outcome)
 
     def _check_digest(self, spec: ArtifactSpec, files_dir: Path, manifest_digest: str) -> int:
         """Manifest digest = admitted sha256, rank within the engine's max; returns rank."""
@@ -429,11 +472,12 @@ class HostTier:
 
     def _verify_and_place(
         self, spec: ArtifactSpec, incoming: Path, digests: dict[str, str],
-        signed: dict[str, str] | SignatureError, size: int,
+        signed: dict[str, str] | SignatureError, size: int, landing: _Landing,
     ) -> tuple[HostEntry, _Checked]:
         """Check the streamed digests against the signed ones and the manifest digest and
-        rank against the spec, then write ``meta.json`` and rename the entry into place;
-        ``size``: the bytes the download wrote (every file of the entry)."""
+        rank against the spec, then write ``meta.json`` and rename the entry into place
+        unless the fetch was abandoned (``landing``); ``size``: the bytes the download
+        wrote (every file of the entry)."""
         t_check = time.perf_counter()
         files_dir = incoming / FILES_DIR
         try:
@@ -449,11 +493,15 @@ class HostTier:
                 "verified_at": now.isoformat()}
         (incoming / META_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         final = self.root / spec.dirname
-        if final.exists():  # leftover of an entry we do not hold: replace it
-            self._trash(final)
-        os.rename(incoming, final)
-        self._dir_sync.request()  # the rename's durability, off the load's path
         entry = HostEntry(spec=spec, dir=final, size_bytes=size, rank=rank, verified_at=now)
+        with landing.lock:
+            if landing.abandoned:
+                raise DownloadFailed(f"{spec.name}: the fetch was abandoned")
+            if final.exists():  # leftover of an entry we do not hold: replace it
+                self._trash(final)
+            os.rename(incoming, final)
+            landing.placed = entry
+        self._dir_sync.request()  # the rename's durability, off the load's path
         return entry, _Checked(t0 - t_check, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ verify / evict
