@@ -19,7 +19,6 @@ import grpc
 import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
-from minio import Minio
 from prometheus_client import CollectorRegistry
 
 from loraplane.devkit.builder import build_demo
@@ -50,8 +49,7 @@ from worker_support import (
 async def env(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     demo = build_demo()
     s = stack.settings
-    s3 = Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
-               secure=False, region="us-east-1")
+    s3 = s.s3_client()
     run_id = uuid.uuid4().hex[:8]
     base_id = random.randint(100_000, 1_000_000_000)
     adapters: dict[str, Uploaded] = {}
