@@ -36,7 +36,7 @@ from .predicates import (
     protection,
     protection_of,
 )
-from .score import hot_terms_at, liveness, size_factor, warm_value
+from .score import hot_terms_at, liveness, penalty_s, size_factor, terms, warm_value
 from .snapshot import EMPTY_STATS, Snapshot, VersionMeta, WorkerState
 from .stats import GAP_SMOOTHING, StatsView
 
@@ -416,6 +416,26 @@ class _Figures:
     demote: Reason | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """The parts of a requested version's figures that change only with its metadata, its
+    request mix, the bandwidths and the config, not with the clock
+    (:meth:`HeatPolicy._figures_kept`)."""
+
+    meta: VersionMeta
+    bandwidths: Bandwidths
+    interactive: int
+    background: int
+    canary: int
+    penalty_hot: float
+    """``penalty_s`` of a reload from WARM for this request mix."""
+    penalty_warm: float
+    """``penalty_s`` of a load from COLD for this request mix."""
+    priority_value: float
+    size_factor: float
+    kind: Protection | None
+
+
 class _HostIndex:
     """The targets of one plan indexed for :meth:`HeatPolicy._pick_worker`, so that a replica
     looks at a few workers, not all of them: where the version is resident, and the least
@@ -578,6 +598,9 @@ class HeatPolicy:
         self.config = config or PolicyConfig()
         self._facts: _VersionFacts | None = None
         """What the last plan's versions alone decide (a cache, kept while they are equal)."""
+        self._kept: dict[str, _Kept] = {}
+        """Per requested version, what its figures keep between rounds (:meth:`_figures_kept`)."""
+        self._kept_config = self.config
 
     def _scores(self, snapshot: Snapshot, now: float) -> _Scores:
         """Every version's figures at ``now``. A version never requested (no statistics)
@@ -590,12 +613,15 @@ class HeatPolicy:
         if facts is None or facts.bandwidths is not bw or (
                 versions is not facts.source and versions != facts.versions):
             facts = self._facts = _VersionFacts(versions, bw, self._figures)
+            self._kept = {v: k for v, k in self._kept.items() if v in versions}
         out = _Scores(kind=facts.kind, rate=dict(facts.rate), heat=dict(facts.heat),
                       value=dict(facts.value), demote=dict(facts.demote),
                       requested=sorted(vid for vid in stats if vid in versions),
                       prewarm=facts.prewarm)
+        if self._kept_config is not self.config:
+            self._kept, self._kept_config = {}, self.config
         for vid in out.requested:
-            f = self._figures(versions[vid], stats[vid], now, bw)
+            f = self._figures_kept(vid, versions[vid], stats[vid], now, bw)
             out.rate[vid] = f.rate
             out.heat[vid] = f.heat
             out.value[vid] = f.value
@@ -614,6 +640,34 @@ class HeatPolicy:
             return _Figures(rate, -1.0, -1.0, None, Reason.SUPERSEDED)
         return _Figures(rate, hot_terms_at(meta, st, rate, sc, bw).heat,
                         warm_value(meta, st, now, sc, bw), protection_of(meta, cfg),
+                        demotion_reason(meta, st, now, cfg))
+
+    def _figures_kept(self, vid: str, meta: VersionMeta, st: StatsView, now: float,
+                      bw: Bandwidths) -> _Figures:
+        """:meth:`_figures` (the definition), with what does not depend on the clock kept from
+        the last round while the version's metadata, request mix and the bandwidths stay equal
+        (:class:`_Kept`): the same operations on the same operands, so the same floats."""
+        cfg = self.config
+        sc = cfg.score
+        rate = st.rate(now, sc.rate_window_s) * liveness(st.idle_s(now), st.mean_gap_s, sc)
+        if meta.superseded:
+            return _Figures(rate, -1.0, -1.0, None, Reason.SUPERSEDED)
+        k = self._kept.get(vid)
+        if k is None or k.bandwidths is not bw or k.interactive != st.interactive or (
+                k.background != st.background or k.canary != st.canary) or (
+                k.meta is not meta and k.meta != meta):
+            shares = st.class_shares()
+            k = self._kept[vid] = _Kept(
+                meta, bw, st.interactive, st.background, st.canary,
+                penalty_s(bw.warm_to_hot_s(meta.size_bytes), shares, sc),
+                penalty_s(bw.load_s(meta.size_bytes, Tier.COLD), shares, sc),
+                sc.priority_values[meta.priority],
+                size_factor(meta.size_bytes, sc.warm_size_exponent),
+                protection_of(meta, cfg))
+        heat = terms(rate, k.penalty_hot, k.priority_value, meta.warmup, sc).heat
+        warm = terms(st.rate_warm(now, sc.warm_rate_window_s), k.penalty_warm, k.priority_value,
+                     meta.warmup, sc).heat
+        return _Figures(rate, heat, warm / k.size_factor, k.kind,
                         demotion_reason(meta, st, now, cfg))
 
     def online(self, ctx: OnlineContext) -> HeatOnline | AdaptiveHeatOnline:
