@@ -12,8 +12,9 @@ object-store GET + sha256 of the same bytes, measured in one run.
    * **raw**: GET every object of the artifact (one stream each, the worker's reader:
      ``readinto`` one reused buffer) and sha256 it in memory, in one thread;
    * **pipeline**: the worker's COLD→HOT load (the three files fetched in parallel, each
-     in one pass: read, hashed and written by three threads in turn; the signature
-     authenticated as soon as it arrives; digest + rank checks; atomic placement;
+     in one pass: read, hashed and written by three threads in turn, or by one below
+     ``store.INLINE_BYTES``; the signature authenticated as soon as it arrives; digest +
+     rank checks and atomic placement in the thread of the download that ends last;
      ``add_lora``),
      then a WARM→HOT load (full re-verification from disk + ``add_lora``) after a
      demotion;
