@@ -179,6 +179,9 @@ class SizeResult:
     gc_s: float = 0.0
     """Median time the bench process spent in the garbage collector during a COLD load
     (``gc.callbacks``; it lands in whichever step it interrupted)."""
+    signature_s: float = 0.0
+    """Median time authenticating the signature bundle, in its download's thread beside
+    the weights' GET (on the critical path only when the bundle ends last)."""
 
 
 def size_status(ratio: float, ceiling: float, target: float = TARGET_RATIO) -> str:
@@ -440,6 +443,7 @@ async def _pipeline(manager: AdapterManager, spec: ArtifactSpec) -> dict[str, fl
         "place_s": cold.fetch.place_s,
         "warm_to_hot_s": warm.duration_s, "warm_verify_s": warm.verify_s,
         "warm_register_s": warm.register_s, "gc_s": timer.total,
+        "signature_s": cold.fetch.signature_s,
         "outside_s": total - cold.fetch.download_s - cold.fetch.verify_s - cold.register_s,
         **{f"step:{k}": v for k, v in cold_steps(total, cold).items()},
     }
@@ -593,14 +597,16 @@ def stage_table(results: list[SizeResult]) -> Table:
 def steps_table(results: list[SizeResult]) -> Table:
     """A COLD load's wall time step by step (:data:`STEPS`; medians, ms): ``rest`` is the
     median of what the steps leave of each load, ``outside`` the median of the load less
-    its download, verification and ``add_lora``, ``gc`` the collector's time inside it."""
+    its download, verification and ``add_lora``, ``gc`` the collector's time inside it,
+    ``signature`` the bundle's check beside the weights' GET (overlapped)."""
     t = Table(title="COLD -> HOT step by step (medians, ms; rest = wall - sum of the steps)")
-    for col in ("MB", "COLD→HOT", *STEPS, "rest", "outside", "gc"):
+    for col in ("MB", "COLD→HOT", *STEPS, "rest", "outside", "gc", "signature"):
         t.add_column(col, justify="right")
     for r in results:
         t.add_row(f"{r.size_bytes / MB:.1f}", f"{r.pipeline_s * 1000:.1f}",
                   *(f"{r.steps_s.get(k, 0.0) * 1000:.2f}" for k in (*STEPS, "rest")),
-                  f"{r.outside_s * 1000:.2f}", f"{r.gc_s * 1000:.2f}")
+                  f"{r.outside_s * 1000:.2f}", f"{r.gc_s * 1000:.2f}",
+                  f"{r.signature_s * 1000:.2f}")
     return t
 
 
