@@ -80,8 +80,7 @@ def _worker_settings(stack: Stack, demo: DemoManifest, tmp: Path, worker_id: str
     s = stack.settings
     return WorkerSettings(
         worker_id=worker_id, worker_grpc_port=0, worker_metrics_port=0,
-        kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-        s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
+        kafka_bootstrap=s.kafka_bootstrap, **s.s3_settings(),
         artifact_bucket=s.artifact_bucket, base_model=demo.base_model.name,
         base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
         tokenizer_revision=demo.base_model.tokenizer_revision,
@@ -95,8 +94,7 @@ def _worker_settings(stack: Stack, demo: DemoManifest, tmp: Path, worker_id: str
 async def env(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     demo = build_demo()
     s = stack.settings
-    s3 = Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
-               secure=False, region="us-east-1")
+    s3 = s.s3_client()
     tmp = tmp_path_factory.mktemp("cm-real")
     options = _worker_settings(stack, demo, tmp, "probe").engine_options()
     started = time.monotonic()

@@ -81,8 +81,7 @@ async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
     base = demo.base_model.name
     wsettings = WorkerSettings(
         worker_id=f"w-oa-{unique}", worker_grpc_port=0, worker_metrics_port=0,
-        kafka_bootstrap=s.kafka_bootstrap, s3_endpoint=s.s3_endpoint,
-        s3_access_key=s.s3_access_key, s3_secret_key=s.s3_secret_key,
+        kafka_bootstrap=s.kafka_bootstrap, **s.s3_settings(),
         artifact_bucket=s.artifact_bucket, base_model=base,
         base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
         tokenizer_revision=demo.base_model.tokenizer_revision,
