@@ -313,7 +313,7 @@ class Supervisor:
 
         from loraplane.shared.kafka_admin import ensure_topics
 
-        created = asyncio.run(ensure_topics(self.s.kafka_bootstrap))
+        created = asyncio.run(ensure_topics(self.s.kafka()))
         self.echo(f"  topics      ready ({len(created)} created)")
         self._metrics_server, _ = start_http_server(
             self.s.supervisor_metrics_port, addr="127.0.0.1", registry=self.registry)
