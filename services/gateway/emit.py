@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -102,6 +102,16 @@ class Completion:
     """When it finished (epoch seconds)."""
 
 
+def uuid4_text() -> str:
+    """A random UUID (version 4) in its canonical text form, as ``str(uuid.uuid4())`` at
+    a third of its cost (one per heat completion)."""
+    h = bytearray(os.urandom(16))
+    h[6] = (h[6] & 0x0F) | 0x40  # version 4
+    h[8] = (h[8] & 0x3F) | 0x80  # RFC 4122 variant
+    x = h.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
+
+
 class HeatEmitter:
     """Batches completed requests per adapter into ``HeatBatch`` events."""
 
@@ -172,11 +182,12 @@ class HeatEmitter:
                 engine_id=c.engine_id,
             )
             meta = item.meta  # the envelope, built directly (new_meta costs ~2x more)
-            meta.event_id = str(uuid.uuid4())
+            meta.event_id = uuid4_text()
             meta.producer = self._producer
             meta.correlation_id = c.request_id
             meta.adapter.CopyFrom(c.adapter)
-            meta.occurred_at.FromNanoseconds(int(c.at * 1e9))
+            at = meta.occurred_at  # set directly: Timestamp.FromNanoseconds is Python code
+            at.seconds, at.nanos = divmod(int(c.at * 1e9), 1_000_000_000)
         return batch
 
     async def flush(self) -> int:

@@ -570,6 +570,9 @@ class FlowController:
         self.metrics = metrics
         self._now = monotonic
         self._workers: dict[str, _WorkerFlow] = {}
+        self._worker_seconds: dict[tuple[str, str], Counter] = {}
+        """``metrics.worker_seconds`` children by (tenant, class), bound once (a ``labels()``
+        lookup per request costs a lock and the label checks)."""
 
     def _worker(self, worker_id: str) -> _WorkerFlow:
         wf = self._workers.get(worker_id)
@@ -670,9 +673,11 @@ class FlowController:
 
     def _release(self, permit: Permit) -> None:
         if self.metrics is not None:
-            self.metrics.worker_seconds.labels(permit.tenant, permit.klass).inc(
-                max(0.0, self._now() - permit.admitted_at)
-            )
+            key = (permit.tenant, permit.klass)
+            child = self._worker_seconds.get(key)
+            if child is None:
+                child = self._worker_seconds[key] = self.metrics.worker_seconds.labels(*key)
+            child.inc(max(0.0, self._now() - permit.admitted_at))
         if not self.config.max_in_flight_per_worker:
             return
         wf = self._worker(permit._worker)

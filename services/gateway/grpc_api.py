@@ -62,10 +62,13 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         """Serve through ``gateway``."""
         self.gateway = gateway
 
-    async def Generate(
+    def Generate(
         self, request: inference_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[inference_pb2.GenerateResponse]:
-        """Authenticate, then stream the gateway's answer."""
+        """Authenticate, then hand gRPC the gateway's own stream (no relaying generator of
+        its own: each layer costs every message an extra ``asend``); the resolution goes into
+        the trailing metadata at the first message. A refusal raises here, at the call,
+        inside the shared interceptor's error mapping all the same."""
         metadata = context.invocation_metadata() or ()
         principal = self.gateway.authenticate(bearer_token(metadata))
         gw = self.gateway
@@ -74,14 +77,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         for key, value in metadata:
             if key == REQUEST_ID_METADATA and isinstance(value, str) and 0 < len(value) <= 128:
                 request_id = value
-        first = True
-        async for msg in self.gateway.generate(
-            principal, request, request_id=request_id, timeout_s=context.time_remaining()
-        ):
-            if first:
-                first = False
-                context.set_trailing_metadata(resolution_metadata(msg.resolved))
-            yield msg
+
+        def on_first(msg: inference_pb2.GenerateResponse) -> None:
+            context.set_trailing_metadata(resolution_metadata(msg.resolved))
+
+        return self.gateway.generate(principal, request, request_id=request_id,
+                                     timeout_s=context.time_remaining(), on_first=on_first)
 
 
 def build_grpc_server(gateway: Gateway, *, port: int, host: str = "127.0.0.1",

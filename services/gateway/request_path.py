@@ -190,12 +190,11 @@ def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[
         problems.append(f"unknown request_class {req.request_class}")
     if len(req.request_key) > MAX_REQUEST_KEY_CHARS:
         problems.append(f"request_key longer than {MAX_REQUEST_KEY_CHARS} characters")
-    if len(req.stop) > MAX_STOP_STRINGS or any(not s for s in req.stop):
+    stop = req.stop
+    if stop and (len(stop) > MAX_STOP_STRINGS or not all(stop)):
         problems.append(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings")
-    for value in (req.temperature, req.top_p):
-        if math.isnan(value):
-            problems.append("temperature and top_p must be numbers")
-            break
+    if math.isnan(req.temperature) or math.isnan(req.top_p):
+        problems.append("temperature and top_p must be numbers")
     if not 0 <= req.n <= MAX_CHOICES:
         problems.append(f"n must be within 1..{MAX_CHOICES}")
     if req.n > 1 and req.HasField("temperature") and req.temperature == 0:
@@ -205,12 +204,15 @@ def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[
     if req.HasField("logprobs") and req.echo:
         problems.append("echo with logprobs is not supported (prompt log probabilities are "
                         "not returned)")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if req.HasField(name) and not -2.0 <= getattr(req, name) <= 2.0:  # NaN fails too
-            problems.append(f"{name} must be within -2..2")
-    if len(req.logit_bias) > MAX_LOGIT_BIAS or any(
-        t < 0 or not -100.0 <= v <= 100.0 for t, v in req.logit_bias.items()
-    ):
+    # NaN fails too
+    if req.HasField("presence_penalty") and not -2.0 <= req.presence_penalty <= 2.0:
+        problems.append("presence_penalty must be within -2..2")
+    if req.HasField("frequency_penalty") and not -2.0 <= req.frequency_penalty <= 2.0:
+        problems.append("frequency_penalty must be within -2..2")
+    bias = req.logit_bias
+    if bias and (len(bias) > MAX_LOGIT_BIAS or any(
+        t < 0 or not -100.0 <= v <= 100.0 for t, v in bias.items()
+    )):
         problems.append(f"logit_bias takes at most {MAX_LOGIT_BIAS} token ids >= 0, each with "
                         "a bias within -100..100")
     return problems
@@ -375,8 +377,11 @@ class Gateway:
         *,
         request_id: str | None = None,
         timeout_s: float | None = None,
+        on_first: Callable[[inference_pb2.GenerateResponse], None] | None = None,
     ) -> AsyncIterator[inference_pb2.GenerateResponse]:
-        """Serve one request; yields the worker's stream with ``resolved`` on the first message.
+        """Serve one request; yields the worker's stream with ``resolved`` on the first message
+        (``on_first`` sees that message before it is yielded: the gRPC API's trailing
+        metadata).
 
         The steps, each narrowing what is left: :meth:`_check` the fields, :meth:`_resolve`
         the name to one immutable version, :meth:`_budget` its cold-start budget,
@@ -400,6 +405,9 @@ class Gateway:
                                       series, started, started + timeout, served)
             async with contextlib.aclosing(attempts):  # closed with the caller's stream
                 async for msg in attempts:
+                    if on_first is not None:
+                        on_first(msg)
+                        on_first = None
                     yield msg
             if served.target is not None and served.target.use_base and resolved.info is not None:
                 served.outcome = "degraded"
@@ -686,9 +694,9 @@ class Gateway:
             wreq.artifact_uri = info.artifact_uri
             wreq.rank = info.rank
             wreq.size_bytes = info.size_bytes
-        wreq.deadline.FromNanoseconds(
-            int((self._clock() + (deadline_monotonic - self._monotonic())) * 1e9)
-        )
+        deadline = wreq.deadline  # set directly: Timestamp.FromNanoseconds is Python code
+        deadline.seconds, deadline.nanos = divmod(
+            int((self._clock() + (deadline_monotonic - self._monotonic())) * 1e9), 1_000_000_000)
         return wreq
 
     @staticmethod
