@@ -39,7 +39,7 @@ import grpc
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from loraplane.shared.codec import decode_as
-from loraplane.shared.outbox import ensure_topics
+from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.shared.settings import CommonSettings
 from loraplane.shared.topics import ADAPTER_RELEASES, TOPICS
 from loraplane.v1 import events_pb2, registry_pb2, registry_pb2_grpc

@@ -16,8 +16,6 @@ import logging
 from contextlib import suppress
 
 import asyncpg
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from loraplane.admission.admitter import Admitter
@@ -28,6 +26,7 @@ from loraplane.admission.trust import TrustStore
 from loraplane.admission.verdicts import PostgresVerdictStore, VerdictStore
 from loraplane.shared.catalogue import load_catalogue
 from loraplane.shared.db import create_pool
+from loraplane.shared.kafka_admin import create_missing
 from loraplane.shared.metrics import start_metrics_server
 from loraplane.shared.objectstore import MinioStore, ObjectStore
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES, Clock, topic_spec, utc_now
@@ -36,25 +35,12 @@ log = logging.getLogger(__name__)
 
 
 async def ensure_admission_topics(settings: AdmissionSettings, timeout_s: float = 10.0) -> None:
-    """Create the release and verdict topics if missing (partition counts of the topic
-    table, also for renamed test topics)."""
-    wanted = {
-        settings.admission_releases_topic: topic_spec(ADAPTER_RELEASES).partitions,
-        settings.admission_admissions_topic: topic_spec(ADAPTER_ADMISSIONS).partitions,
-    }
-    admin = AIOKafkaAdminClient(**settings.kafka().client_args(),
-                                request_timeout_ms=int(timeout_s * 1000))
-    await asyncio.wait_for(admin.start(), timeout_s)
-    try:
-        existing = set(await admin.list_topics())
-        for name, partitions in wanted.items():
-            if name in existing:
-                continue
-            with suppress(TopicAlreadyExistsError):
-                await admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                                    replication_factor=1)])
-    finally:
-        await admin.close()
+    """Create the release and verdict topics if missing (partition counts and configs of the
+    topic table, also for renamed test topics)."""
+    await create_missing(settings.kafka(), {
+        settings.admission_releases_topic: topic_spec(ADAPTER_RELEASES),
+        settings.admission_admissions_topic: topic_spec(ADAPTER_ADMISSIONS),
+    }, timeout_s=timeout_s)
 
 
 class AdmissionApp:

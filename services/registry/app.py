@@ -29,8 +29,9 @@ from loraplane.shared.grpcutil import (
     Service,
     build_server,
 )
+from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.shared.metrics import RpcMetrics, start_metrics_server
-from loraplane.shared.outbox import OutboxRelay, PublishedRow, ensure_topics
+from loraplane.shared.outbox import OutboxRelay, PublishedRow
 from loraplane.shared.tls import AuthzInterceptor, CertExpiry
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, Clock, utc_now
 from loraplane.v1 import registry_pb2_grpc

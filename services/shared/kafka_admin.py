@@ -2,35 +2,61 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable, Mapping
+
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from loraplane.shared.kafka_client import KafkaConnection
-from loraplane.shared.topics import TOPICS
+from loraplane.shared.topics import TOPICS, TopicSpec, topic_spec
 
 
-async def ensure_topics(kafka: KafkaConnection) -> list[str]:
-    """Create every topic of :data:`TOPICS` that is missing, with its configs (e.g.
-    ``tenant.events`` never expires: the gateway replays it from the start); returns the
-    ones created. An existing topic keeps its configs (Tansu has no AlterConfigs)."""
-    admin = AIOKafkaAdminClient(**kafka.client_args())
-    await admin.start()
+async def ensure_topics(
+    kafka: KafkaConnection,
+    names: Iterable[str] | None = None,
+    *,
+    prefix: str = "",
+    timeout_s: float = 15.0,
+) -> list[str]:
+    """Create the topics of :data:`TOPICS` that are missing, with the table's partition
+    counts and configs (e.g. ``tenant.events`` never expires: the gateway replays it from
+    the start); returns the names created. An existing topic keeps its configs (Tansu has
+    no AlterConfigs), so whichever service creates a topic first must give it its configs.
+
+    ``names`` restricts the set (unprefixed table names); ``prefix`` is prepended to every
+    name created. Safe to run concurrently from several services.
+    """
+    wanted = [topic_spec(n) for n in (names if names is not None else TOPICS)]
+    return await create_missing(kafka, {prefix + spec.name: spec for spec in wanted},
+                                timeout_s=timeout_s)
+
+
+async def create_missing(
+    kafka: KafkaConnection, wanted: Mapping[str, TopicSpec], *, timeout_s: float = 15.0
+) -> list[str]:
+    """Create each topic of ``wanted`` (its name -> the table row whose partition count and
+    configs it takes; a renamed test topic keeps its row's) that is missing; returns the
+    names created."""
+    admin = AIOKafkaAdminClient(**kafka.client_args(), request_timeout_ms=int(timeout_s * 1000))
+    await asyncio.wait_for(admin.start(), timeout_s)
+    created: list[str] = []
     try:
         existing = set(await admin.list_topics())
-        missing = [spec for name, spec in TOPICS.items() if name not in existing]
-        created: list[str] = []
-        for spec in missing:
+        for name, spec in wanted.items():
+            if name in existing:
+                continue
             try:
                 await admin.create_topics([NewTopic(
-                    spec.name, num_partitions=spec.partitions, replication_factor=1,
+                    name, num_partitions=spec.partitions, replication_factor=1,
                     topic_configs=dict(spec.configs) or None,
                 )])
-                created.append(spec.name)
+                created.append(name)
             except TopicAlreadyExistsError:
                 pass
-        return created
     finally:
         await admin.close()
+    return created
 
 
 GROUP_TUNING: dict[str, int] = {

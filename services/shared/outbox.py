@@ -47,8 +47,7 @@ from typing import Any, Protocol
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError
 from google.protobuf.message import Message
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -62,9 +61,10 @@ from loraplane.shared.codec import (
     encode,
 )
 from loraplane.shared.consumer import backoff_delay, interruptible_sleep
+from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.shared.kafka_client import KafkaConnection
 from loraplane.shared.metrics import PerRegistry
-from loraplane.shared.topics import TOPICS, event_meta, topic_for, topic_spec
+from loraplane.shared.topics import event_meta, topic_for, topic_spec
 
 log = logging.getLogger(__name__)
 
@@ -133,41 +133,6 @@ def record_headers(event_type: str, event_id: str) -> list[tuple[str, bytes]]:
         (HEADER_PROTO_TYPE, event_type.encode()),
         (HEADER_EVENT_ID, event_id.encode()),
     ]
-
-
-async def ensure_topics(
-    kafka: KafkaConnection,
-    names: Iterable[str] | None = None,
-    *,
-    prefix: str = "",
-    timeout_s: float = 15.0,
-) -> list[str]:
-    """Create the topics of :data:`~loraplane.shared.topics.TOPICS` that are missing
-    (with the table's partition counts); returns the names created.
-
-    ``names`` restricts the set (unprefixed table names); ``prefix`` is prepended to
-    every name created. Safe to run concurrently from several services.
-    """
-    wanted = [topic_spec(n) for n in (names if names is not None else TOPICS)]
-    admin = AIOKafkaAdminClient(**kafka.client_args(), request_timeout_ms=int(timeout_s * 1000))
-    await asyncio.wait_for(admin.start(), timeout_s)
-    created: list[str] = []
-    try:
-        existing = set(await admin.list_topics())
-        for spec in wanted:
-            name = prefix + spec.name
-            if name in existing:
-                continue
-            try:
-                await admin.create_topics(
-                    [NewTopic(name, num_partitions=spec.partitions, replication_factor=1)]
-                )
-                created.append(name)
-            except TopicAlreadyExistsError:
-                pass
-    finally:
-        await admin.close()
-    return created
 
 
 class Producer(Protocol):

@@ -121,3 +121,38 @@ async def test_tenant_events_never_expire(stack: Stack) -> None:
     }
     assert configs[TENANT_EVENTS].get("retention.ms") == "-1", configs
     assert configs[CACHE_STATE].get("retention.ms") != "-1", configs
+
+
+async def test_every_creation_path_gives_a_topic_its_configs(stack: Stack, unique: str) -> None:
+    """Whichever service creates a topic first fixes its configs (Tansu has no AlterConfigs):
+    the registry's prefixed creation and admission's renamed topics take the table row's
+    configs too, so a ``tenant.events`` the registry created first still never expires."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from loraplane.shared.kafka_admin import create_missing, ensure_topics
+    from loraplane.shared.topics import CACHE_STATE, TENANT_EVENTS, topic_spec
+
+    prefix = f"cfg-{unique}."
+    renamed = f"renamed-{unique}"
+    kafka = stack.settings.kafka()
+    created = await ensure_topics(kafka, [TENANT_EVENTS, CACHE_STATE], prefix=prefix)
+    assert created == [prefix + TENANT_EVENTS, prefix + CACHE_STATE]
+    assert await create_missing(kafka, {renamed: topic_spec(TENANT_EVENTS)}) == [renamed]
+    assert await create_missing(kafka, {renamed: topic_spec(TENANT_EVENTS)}) == []  # idempotent
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_configs([
+            ConfigResource(ConfigResourceType.TOPIC, name)
+            for name in (prefix + TENANT_EVENTS, prefix + CACHE_STATE, renamed)
+        ])
+    finally:
+        await admin.close()
+    configs = {
+        res[3]: {entry[0]: entry[1] for entry in res[4]}
+        for resp in described for res in resp.resources
+    }
+    assert configs[prefix + TENANT_EVENTS].get("retention.ms") == "-1", configs
+    assert configs[renamed].get("retention.ms") == "-1", configs
+    assert configs[prefix + CACHE_STATE].get("retention.ms") != "-1", configs

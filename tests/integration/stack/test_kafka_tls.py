@@ -27,8 +27,8 @@ from aiokafka.errors import KafkaConnectionError
 from cryptography.hazmat.primitives import serialization
 
 from loraplane.shared.consumer import group_consumer
+from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.shared.kafka_client import KafkaConnection
-from loraplane.shared.outbox import ensure_topics
 from loraplane.shared.topics import ADAPTER_RELEASES
 from loraplane.stack.certs import CertFiles, ensure_dev_pki, issue, make_ca, write_identity
 from loraplane.stack.components import Tansu
