@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
@@ -64,9 +65,22 @@ async def run_for(m: leaders.ShardedCacheManager, seconds: float) -> None:
     await asyncio.wait_for(task, 5)
 
 
+async def run_until(m: leaders.ShardedCacheManager, reached: Callable[[], bool]) -> None:
+    """Runs ``m`` until ``reached()`` (polled; a loaded machine may need many of its 0.01 s
+    discovery polls), then a few polls more, so a second start would still show."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(m.run(stop))
+    async with asyncio.timeout(30):
+        while not reached():
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
 async def test_every_base_model_gets_a_leadership_as_it_appears() -> None:
     m = manager("*", [[], ["a"], ["a"], ["b", "a"]])
-    await run_for(m, 0.3)
+    await run_until(m, lambda: {"a", "b"} <= set(FakeShardService.started))
     assert sorted(FakeShardService.started, key=str) == ["a", "b"]
     assert sorted(m.services) == ["a", "b"]
 
@@ -74,7 +88,8 @@ async def test_every_base_model_gets_a_leadership_as_it_appears() -> None:
 async def test_a_shard_stopped_by_an_error_is_stood_for_again() -> None:
     FakeShardService.fail_once = {"b"}
     m = manager("a,b", [])
-    await run_for(m, 0.3)
+    await run_until(m, lambda: FakeShardService.started.count("b") >= 2
+                    and "a" in FakeShardService.started)
     assert FakeShardService.started.count("a") == 1
     assert FakeShardService.started.count("b") == 2
 

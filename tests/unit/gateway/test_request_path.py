@@ -325,19 +325,21 @@ async def test_cancelling_the_caller_cancels_the_worker_call() -> None:
         w.token_delay_s = 0.05
         h.report("w0")
 
+        streaming = asyncio.Event()
+
         async def consume() -> None:
             async for _ in h.gateway.generate(ACME, req(max_tokens=100)):
-                pass
+                streaming.set()
 
         task = asyncio.create_task(consume())
-        await asyncio.sleep(0.2)
+        # cancelled once the worker streams (a fixed 0.2 s could end before the call began)
+        await asyncio.wait_for(streaming.wait(), 30)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(50):
-            if w.cancelled:
-                break
-            await asyncio.sleep(0.02)
+        async with asyncio.timeout(30):
+            while not w.cancelled:
+                await asyncio.sleep(0.02)
         assert w.cancelled == 1
         assert h.gateway.local.in_flight["w0"] == 0
         labels = {"tenant": "acme", "adapter": "support", "version": "v1",

@@ -122,6 +122,9 @@ async def test_the_budget_spent_gives_resource_exhausted_naming_the_cause(
 ) -> None:
     busy = await fill(rig, make_adapter)
     spec = make_adapter("late")
+    # WARM first, so the whole budget goes to the wait for a slot: fetched inside a 0.05 s
+    # budget, a loaded machine spent it on the download and the refusal was AdapterCold
+    await rig.manager.load(spec, TIER_WARM)
     with pytest.raises(NoSlot) as info:
         async with rig.manager.use(spec, allow_cold=True, request_class=I, cold_timeout_s=0.05):
             pass
@@ -130,7 +133,7 @@ async def test_the_budget_spent_gives_resource_exhausted_naming_the_cause(
     assert "no HOT slot for acme/late@v1 within its budget" in err.message
     assert "3 versions HOT = capacity 3 (3 busy" in err.message
     assert len(rig.manager.slot_queue) == 0
-    # the version was fetched meanwhile: the next request finds it WARM
+    # the refused request leaves the version WARM: the next one need not fetch it
     assert rig.manager.placements[spec.engine_id].tier == TIER_WARM
     for h in busy:
         await h.done()
