@@ -44,6 +44,7 @@ from loraplane.stack.stack import Stack
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
+from tests.support.cache_manager import Launcher, Manager
 from tests.support.registry import TOKEN, registry_settings
 
 
@@ -179,6 +180,63 @@ def gateway_settings(stack: Stack, cp: ControlPlane, demo: DemoManifest, *,
     }
     values.update(overrides)
     return GatewaySettings(**values)
+
+
+BUDGETS_YAML = (
+    "interactive: {budget_ms: 300, on_cold: degrade}\n"
+    "background: {budget_ms: 60000, on_cold: wait}\n"
+)
+"""Budgets of a managed platform: interactive degrades past 300 ms, background waits."""
+
+
+@dataclass
+class Managed:
+    """An in-process gateway and a cache-manager process that leads, one tenant's key."""
+
+    gateway: GatewayApp
+    manager: Manager
+    manager_addr: str
+    """The cache manager's gRPC address (the gateway's ``cache_manager_addr``)."""
+    key: str
+
+
+@contextlib.asynccontextmanager
+async def managed_gateway(stack: Stack, cp: ControlPlane, demo: DemoManifest, work: Path, *,
+                          unique: str, tenant: str, rules: dict[str, object],
+                          policy: dict[str, object] | None = None,
+                          **manager_env: str) -> AsyncIterator[Managed]:
+    """A gateway (budgets :data:`BUDGETS_YAML`) whose cache manager is a real process
+    started with ``rules`` / ``policy`` and planning, ``tenant`` with an API key; both
+    stopped at the end (the manager first)."""
+    cm_port = free_port()
+    budgets = work / "budgets.yaml"
+    budgets.write_text(BUDGETS_YAML)
+    gateway = GatewayApp(
+        gateway_settings(stack, cp, demo, instance_id=f"gw-{unique}",
+                         cache_manager_addr=f"127.0.0.1:{cm_port}", budgets_file=budgets),
+        registry=CollectorRegistry(),
+        serve_metrics=False,
+    )
+    await gateway.start()
+    try:
+        await gateway.wait_ready(60)
+        launcher = Launcher({**stack.settings.client_env(), "LORAPLANE_POSTGRES_DSN": cp.dsn},
+                            work, unique, tenants=tenant)
+        try:
+            key = await tenant_with_key(cp.cli_env, tenant)
+            manager = launcher.start(
+                rules, policy,
+                LORAPLANE_REGISTRY_ADDR=cp.registry.address,
+                LORAPLANE_REGISTRY_OPERATOR_TOKEN=cp.cli_env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"],
+                LORAPLANE_CACHE_MANAGER_GRPC_PORT=str(cm_port),
+                **manager_env,
+            )
+            await manager.wait_planning(60)
+            yield Managed(gateway, manager, f"127.0.0.1:{cm_port}", key)
+        finally:
+            launcher.stop_all()
+    finally:
+        await gateway.stop(1)
 
 
 async def run_cli(env: dict[str, str], *args: str, ok: bool = True) -> Any:

@@ -30,7 +30,6 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager.canary_runner import ACTOR, REASON_PREFIX
 from loraplane.devkit.builder import DemoManifest, build_demo
@@ -50,14 +49,12 @@ from tests.integration.platform.support import (
     catalog_shows,
     control_plane,
     eventually,
-    free_port,
-    gateway_settings,
+    managed_gateway,
     release,
     run_cli,
     serving_worker,
-    tenant_with_key,
 )
-from tests.support.cache_manager import Launcher, Manager
+from tests.support.cache_manager import Manager
 
 pytestmark = pytest.mark.engine
 
@@ -115,44 +112,12 @@ async def platform(
                     )
                 )
             )
-        cm_port = free_port()
-        budgets = work / "budgets.yaml"
-        budgets.write_text(
-            "interactive: {budget_ms: 300, on_cold: degrade}\n"
-            "background: {budget_ms: 60000, on_cold: wait}\n"
+        m = await es.enter_async_context(
+            managed_gateway(stack, cp, demo, work, unique=unique, tenant=tenant, rules=RULES,
+                            LORAPLANE_CACHE_MANAGER_CANARY_INTERVAL_S="0.5")
         )
-        gateway = GatewayApp(
-            gateway_settings(
-                stack,
-                cp,
-                demo,
-                instance_id=f"gw-{unique}",
-                cache_manager_addr=f"127.0.0.1:{cm_port}",
-                budgets_file=budgets,
-            ),
-            registry=CollectorRegistry(),
-            serve_metrics=False,
-        )
-        await gateway.start()
-        es.push_async_callback(gateway.stop, 1)
-        await gateway.wait_ready(60)
-        launcher = Launcher(
-            {**stack.settings.client_env(), "LORAPLANE_POSTGRES_DSN": cp.dsn},
-            work,
-            unique,
-            tenants=tenant,
-        )
-        es.callback(launcher.stop_all)
-        key = await tenant_with_key(cp.cli_env, tenant)
-        manager = launcher.start(
-            RULES,
-            LORAPLANE_REGISTRY_ADDR=cp.registry.address,
-            LORAPLANE_REGISTRY_OPERATOR_TOKEN=cp.cli_env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"],
-            LORAPLANE_CACHE_MANAGER_CANARY_INTERVAL_S="0.5",
-            LORAPLANE_CACHE_MANAGER_GRPC_PORT=str(cm_port),
-        )
-        await manager.wait_planning(60)
-        yield Platform(demo, cp.dsn, cp.cli_env, gateway, workers, manager, tenant, key, work)
+        yield Platform(demo, cp.dsn, cp.cli_env, m.gateway, workers, m.manager, tenant, m.key,
+                       work)
 
 
 async def worker_states(p: Platform) -> dict[str, events_pb2.WorkerState]:

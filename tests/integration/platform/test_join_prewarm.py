@@ -30,7 +30,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client import CollectorRegistry
 
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
@@ -51,14 +50,12 @@ from tests.integration.platform.support import (
     catalog_shows,
     control_plane,
     eventually,
-    free_port,
-    gateway_settings,
+    managed_gateway,
     release,
     run_cli,
     serving_worker,
-    tenant_with_key,
 )
-from tests.support.cache_manager import Launcher, Manager
+from tests.support.cache_manager import Manager
 
 pytestmark = pytest.mark.engine
 
@@ -110,36 +107,12 @@ async def platform(
         first = await es.enter_async_context(
             serving_worker(stack, demo, work, wid, **worker_overrides(work, wid))
         )
-        cm_port = free_port()
-        budgets = work / "budgets.yaml"
-        budgets.write_text(
-            "interactive: {budget_ms: 300, on_cold: degrade}\n"
-            "background: {budget_ms: 60000, on_cold: wait}\n"
+        m = await es.enter_async_context(
+            managed_gateway(stack, cp, demo, work, unique=unique, tenant=tenant, rules=RULES,
+                            policy=POLICY)
         )
-        gateway = GatewayApp(
-            gateway_settings(stack, cp, demo, instance_id=f"gw-{unique}",
-                             cache_manager_addr=f"127.0.0.1:{cm_port}", budgets_file=budgets),
-            registry=CollectorRegistry(),
-            serve_metrics=False,
-        )
-        await gateway.start()
-        es.push_async_callback(gateway.stop, 1)
-        await gateway.wait_ready(60)
-        launcher = Launcher(
-            {**stack.settings.client_env(), "LORAPLANE_POSTGRES_DSN": cp.dsn},
-            work, unique, tenants=tenant,
-        )
-        es.callback(launcher.stop_all)
-        key = await tenant_with_key(cp.cli_env, tenant)
-        manager = launcher.start(
-            RULES, POLICY,
-            LORAPLANE_REGISTRY_ADDR=cp.registry.address,
-            LORAPLANE_REGISTRY_OPERATOR_TOKEN=cp.cli_env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"],
-            LORAPLANE_CACHE_MANAGER_GRPC_PORT=str(cm_port),
-        )
-        await manager.wait_planning(60)
-        yield Platform(stack, demo, cp.cli_env, gateway, first, manager, f"127.0.0.1:{cm_port}",
-                       tenant, key, work, unique)
+        yield Platform(stack, demo, cp.cli_env, m.gateway, first, m.manager, m.manager_addr,
+                       tenant, m.key, work, unique)
 
 
 def version_of(p: Platform, name: str) -> str:
