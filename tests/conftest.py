@@ -9,7 +9,6 @@ something is missing.
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -41,9 +40,7 @@ def stack_settings() -> StackSettings:
 def stack(stack_settings: StackSettings) -> Iterator[Stack]:
     """The running test stack (fresh data directory, migrated database)."""
     st = Stack(stack_settings)
-    st.down()
-    shutil.rmtree(stack_settings.root, ignore_errors=True)
-    shutil.rmtree(st.postgres.dir, ignore_errors=True)
+    st.wipe()
     st.up()
     from loraplane.shared.migrations import migrate_up
 

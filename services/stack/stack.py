@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -17,7 +18,11 @@ from loraplane.stack.components import (
 from loraplane.stack.services import scrape_targets
 from loraplane.stack.settings import StackSettings
 
-__all__ = ["Stack", "StackError"]
+__all__ = ["MARKER", "Stack", "StackError"]
+
+MARKER = ".loraplane-stack"
+"""File :meth:`Stack.up` writes in the data directory: :meth:`Stack.wipe` deletes only a
+directory that holds it (or nothing at all)."""
 
 
 @dataclass
@@ -47,6 +52,9 @@ class Stack:
         """
         timings: dict[str, float] = {}
         started: list[Component] = []
+        root = self.settings.root
+        root.mkdir(parents=True, exist_ok=True)
+        (root / MARKER).write_text("data directory of a loraplane embedded stack\n")
         try:
             for comp in self.components:
                 t0 = time.monotonic()
@@ -72,6 +80,22 @@ class Stack:
                 errors.append(f"{comp.name}: {exc}")
         if errors:
             raise StackError("; ".join(errors))
+
+    def wipe(self) -> None:
+        """Stop the stack and delete its data (a fresh start: the test session, the stress
+        run). Refuses, naming it, a data directory that holds files but not :data:`MARKER`:
+        ``LORAPLANE_STACK_DATA_DIR`` pointed at a folder the stack never made (a home, a
+        checkout) is not deleted."""
+        root = self.settings.root
+        ours = (root / MARKER).exists() or all(  # or laid out by a stack before the marker
+            (root / sub).is_dir() for sub in ("logs", "run"))
+        if root.exists() and any(root.iterdir()) and not ours:
+            raise StackError(
+                f"refusing to wipe {root}: it holds files and is not a stack data directory "
+                f"(no {MARKER}); set LORAPLANE_STACK_DATA_DIR to a new or empty directory")
+        self.down()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(self.postgres.dir, ignore_errors=True)
 
     def _stop_orphan_services(self) -> None:
         run_dir = self.settings.root / "run"

@@ -827,8 +827,7 @@ async def main_async(only: list[str], repeat: int = 1) -> int:
     work.mkdir(parents=True)
     settings = StackSettings(profile="run", port_base=base, data_dir=data,
                              demo_env_file=work / "demo.env", workers=2)
-    Supervisor(settings).stack.down()
-    shutil.rmtree(settings.root, ignore_errors=True)
+    Supervisor(settings).stack.wipe()
     rows: list[dict[str, Any]] = []
     p: Platform | None = None
     sup: Supervisor | None = None

@@ -9,13 +9,15 @@ import pytest
 
 from loraplane.stack.components import Prometheus, SeaweedFS, StackError
 from loraplane.stack.settings import StackSettings
-from loraplane.stack.stack import Stack
+from loraplane.stack.stack import MARKER, Stack
 
 
 def test_status_reports_every_component_healthy(stack: Stack) -> None:
     health = stack.status()
     assert [h.component for h in health] == ["seaweedfs", "tansu", "postgres", "prometheus"]
     assert all(h.healthy for h in health), health
+    # what a later wipe needs to know the directory is the stack's own
+    assert (stack.settings.root / MARKER).is_file()
 
 
 def test_taken_port_names_the_component(tmp_path: Path) -> None:
@@ -37,8 +39,10 @@ def test_missing_binary_names_the_component(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_duplicate_ports_are_refused() -> None:
-    with pytest.raises(ValueError, match="used twice"):
-        StackSettings(profile="test", kafka_port=29001)
+    # the S3 port of the session's own port base (LORAPLANE_STACK_PORT_BASE may move it)
+    taken = StackSettings(profile="test").s3_port
+    with pytest.raises(ValueError, match=f"port {taken} is used twice"):
+        StackSettings(profile="test", kafka_port=taken)
 
 
 def test_failing_stack_up_leaves_running_components_running(tmp_path: Path) -> None:
