@@ -818,8 +818,10 @@ class Planner:
         now: float,
     ) -> list[CommandSpec]:
         """``LOAD_WARM`` of the ``join_prewarm.top`` hottest requested versions of each base
-        model on a worker started within ``join_prewarm.window_s`` that holds none of them
-        (free bytes only): its first requests for them need no download.
+        model on a worker started within ``join_prewarm.window_s``, each one it does not hold
+        (free bytes only): its first requests for them need no download. Ranked again every
+        round of the window, on the heat the manager has consumed so far: a version that enters
+        the top later in the window (its heat came in later, it got hotter) is loaded too.
 
         Hottest by the WARM ranking's value (:meth:`warm_value_of`), as the loads are WARM:
         by a new worker's first rounds (its engine takes seconds to start) the HOT heat's
