@@ -102,10 +102,9 @@ class StackSettings(BaseSettings):
     """SeaweedFS's S3 port speaks HTTPS only (the dev CA's ``seaweedfs`` certificate; Tansu
     reaches its storage over it) and :meth:`client_env` says ``LORAPLANE_S3_SECURE`` /
     ``LORAPLANE_S3_CA_FILE``. Default: as ``tls`` in the ``run`` profile (``make run``,
-    ``make stress``), off in ``test`` (the test session and ``bench-cold``'s private store
-    build their S3 clients from the endpoint alone);
-    ``tests/integration/stack/test_backend_tls.py`` starts a SeaweedFS and a Tansu of its
-    own with it on."""
+    ``make stress``), off in ``test``; every client of the stack's S3 takes its settings
+    from :meth:`s3_connection` (:meth:`s3_client`, :meth:`s3_settings`, :meth:`s3_env`,
+    :meth:`client_env`)."""
     edge_tls: bool = False
     """TLS at the edge too: the gateway serves its public gRPC and HTTP ports with its dev
     certificate, and demo.env says ``https://`` and names the CA
@@ -211,36 +210,54 @@ class StackSettings(BaseSettings):
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.prometheus_port}"
 
+    def s3_connection(self) -> dict[str, Any]:
+        """How a client reaches the stack's S3 gateway (HTTPS trusting the dev CA with
+        ``s3_tls``), as the keyword arguments of ``shared.objectstore.minio_client`` and of
+        both ``MinioStore`` classes: ``MinioStore(**stack.s3_connection())``. The one
+        place that says it; :meth:`s3_client`, :meth:`s3_settings` and :meth:`s3_env`
+        are this under other names."""
+        return {"endpoint": self.s3_endpoint, "access_key": self.s3_access_key,
+                "secret_key": self.s3_secret_key, "secure": bool(self.s3_tls),
+                "ca_file": str(self.ca_file) if self.s3_tls else ""}
+
     def s3_client(self, access_key: str | None = None, secret_key: str | None = None) -> Minio:
-        """A minio client of the stack's S3 gateway (HTTPS trusting the dev CA with
-        ``s3_tls``), with the stack's keys unless others are given."""
+        """A minio client of the stack's S3 gateway (:meth:`s3_connection`), with the
+        stack's keys unless others are given."""
         from loraplane.shared.objectstore import minio_client
 
-        return minio_client(self.s3_endpoint,
-                            self.s3_access_key if access_key is None else access_key,
-                            self.s3_secret_key if secret_key is None else secret_key,
-                            secure=bool(self.s3_tls),
-                            ca_file=str(self.ca_file) if self.s3_tls else "")
+        conn = self.s3_connection()
+        if access_key is not None:
+            conn["access_key"] = access_key
+        if secret_key is not None:
+            conn["secret_key"] = secret_key
+        client: Minio = minio_client(**conn)
+        return client
 
     def s3_settings(self) -> dict[str, Any]:
-        """The S3 fields of a service's settings on this stack's gateway, HTTPS trusting the
-        dev CA with ``s3_tls``: ``WorkerSettings(**stack.s3_settings(), ...)``."""
-        return {"s3_endpoint": self.s3_endpoint, "s3_access_key": self.s3_access_key,
-                "s3_secret_key": self.s3_secret_key, "s3_secure": bool(self.s3_tls),
-                "s3_ca_file": str(self.ca_file) if self.s3_tls else ""}
+        """The S3 fields of a service's settings on this stack's gateway
+        (:meth:`s3_connection`): ``WorkerSettings(**stack.s3_settings(), ...)``."""
+        return {f"s3_{name}": value for name, value in self.s3_connection().items()}
+
+    def s3_env(self) -> dict[str, str]:
+        """The ``LORAPLANE_S3_*`` variables of a process on this stack's gateway
+        (:meth:`s3_connection`; ``_SECURE`` / ``_CA_FILE`` only with ``s3_tls``), for an
+        environment that is not all of :meth:`client_env` (the CLI on a private registry)."""
+        conn = self.s3_connection()
+        env = {"LORAPLANE_S3_ENDPOINT": conn["endpoint"],
+               "LORAPLANE_S3_ACCESS_KEY": conn["access_key"],
+               "LORAPLANE_S3_SECRET_KEY": conn["secret_key"]}
+        if conn["secure"]:
+            env["LORAPLANE_S3_SECURE"] = "true"
+            env["LORAPLANE_S3_CA_FILE"] = conn["ca_file"]
+        return env
 
     def client_env(self) -> dict[str, str]:
         """``LORAPLANE_*`` variables that point every service and the CLI at this stack."""
         env = {
             "LORAPLANE_POSTGRES_DSN": self.postgres_dsn,
             "LORAPLANE_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
-            "LORAPLANE_S3_ENDPOINT": self.s3_endpoint,
-            "LORAPLANE_S3_ACCESS_KEY": self.s3_access_key,
-            "LORAPLANE_S3_SECRET_KEY": self.s3_secret_key,
+            **self.s3_env(),
             "LORAPLANE_ARTIFACT_BUCKET": self.artifact_bucket,
             "LORAPLANE_PROMETHEUS_URL": self.prometheus_url,
         }
-        if self.s3_tls:
-            env["LORAPLANE_S3_SECURE"] = "true"
-            env["LORAPLANE_S3_CA_FILE"] = str(self.ca_file)
         return env

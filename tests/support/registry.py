@@ -37,9 +37,7 @@ def registry_settings(stack: Stack, **over: object) -> RegistrySettings:
     values: dict[str, object] = {
         "postgres_dsn": env["LORAPLANE_POSTGRES_DSN"],
         "kafka_bootstrap": env["LORAPLANE_KAFKA_BOOTSTRAP"],
-        "s3_endpoint": env["LORAPLANE_S3_ENDPOINT"],
-        "s3_access_key": env["LORAPLANE_S3_ACCESS_KEY"],
-        "s3_secret_key": env["LORAPLANE_S3_SECRET_KEY"],
+        **stack.settings.s3_settings(),
         "artifact_bucket": env["LORAPLANE_ARTIFACT_BUCKET"],
         "registry_grpc_port": 0,
         "registry_metrics_port": 0,

@@ -95,8 +95,7 @@ async def control_plane(stack: Stack, work: Path, demo: DemoManifest, *, name: s
             admission = AdmissionApp(
                 AdmissionSettings(
                     postgres_dsn=dsn, kafka_bootstrap=s.kafka_bootstrap,
-                    s3_endpoint=s.s3_endpoint, s3_access_key=s.s3_access_key,
-                    s3_secret_key=s.s3_secret_key, artifact_bucket=s.artifact_bucket,
+                    **s.s3_settings(), artifact_bucket=s.artifact_bucket,
                     admission_metrics_port=0,
                     admission_consumer_group=f"admission-{name}-{unique}",
                     admission_platform_keys_dir=keys,
@@ -112,9 +111,7 @@ async def control_plane(stack: Stack, work: Path, demo: DemoManifest, *, name: s
                     "LORAPLANE_REGISTRY_ADDR": registry.address,
                     "LORAPLANE_REGISTRY_OPERATOR_TOKEN": TOKEN,
                     "LORAPLANE_REGISTRY_ACTOR": actor,
-                    "LORAPLANE_S3_ENDPOINT": s.s3_endpoint,
-                    "LORAPLANE_S3_ACCESS_KEY": s.s3_access_key,
-                    "LORAPLANE_S3_SECRET_KEY": s.s3_secret_key,
+                    **s.s3_env(),
                     "LORAPLANE_ARTIFACT_BUCKET": s.artifact_bucket,
                 })
             finally:
@@ -134,8 +131,7 @@ def worker_settings(stack: Stack, demo: DemoManifest, work: Path, worker_id: str
     s = stack.settings
     values: dict[str, Any] = {
         "worker_id": worker_id, "worker_grpc_port": 0, "worker_metrics_port": 0,
-        "kafka_bootstrap": s.kafka_bootstrap, "s3_endpoint": s.s3_endpoint,
-        "s3_access_key": s.s3_access_key, "s3_secret_key": s.s3_secret_key,
+        "kafka_bootstrap": s.kafka_bootstrap, **s.s3_settings(),
         "artifact_bucket": s.artifact_bucket, "base_model": demo.base_model.name,
         "base_model_dir": demo.base_model.dir, "trusted_keys": str(demo.keys.public_key),
         "tokenizer_revision": demo.base_model.tokenizer_revision,

@@ -53,7 +53,6 @@ import asyncpg
 import grpc
 import psutil
 import pytest
-from minio import Minio
 from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager.canary_analysis import AnalysisRules, wilson_bounds
@@ -315,9 +314,7 @@ async def test_b_canary_whose_artifact_disappeared_is_aborted_and_stable_serves(
     finally:
         await conn.close()
     u = urlparse(uri)
-    st = c.stack.settings
-    s3 = Minio(st.s3_endpoint, access_key=st.s3_access_key, secret_key=st.s3_secret_key,
-               secure=False, region="us-east-1")
+    s3 = c.stack.settings.s3_client()
     objects = [o.object_name for o in s3.list_objects(u.netloc, prefix=u.path.lstrip("/"),
                                                       recursive=True)]
     assert objects, uri

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from minio import Minio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -173,9 +172,7 @@ async def test_live_series_stay_within_the_bound_while_1000_versions_churn(
     art: AdapterArtifact = demo.adapters[0]
     base = art.base_model
     tenant = f"series-{unique}"
-    s = stack.settings
-    s3 = Minio(s.s3_endpoint, access_key=s.s3_access_key, secret_key=s.s3_secret_key,
-               secure=False, region="us-east-1")
+    s3 = stack.settings.s3_client()
     prefix = f"adapters/{tenant}/churn/{uuid.uuid4().hex[:8]}/"
     upload(s3, prefix, art.dir)  # every version is these files (the worker checks them)
     uri = f"s3://{BUCKET}/{prefix}"

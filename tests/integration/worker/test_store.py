@@ -16,8 +16,7 @@ from loraplane.worker.store import CHUNK_BYTES, MinioStore, download, get_and_ha
 
 def _store(stack: Stack) -> tuple[MinioStore, str]:
     s = stack.settings
-    return MinioStore(s.s3_endpoint, s.s3_access_key, s.s3_secret_key, secure=bool(s.s3_tls),
-                      ca_file=str(s.ca_file) if s.s3_tls else ""), s.artifact_bucket
+    return MinioStore(**s.s3_connection()), s.artifact_bucket
 
 
 def _put(stack: Stack, key: str, data: bytes) -> None:
