@@ -102,9 +102,12 @@ class StackSettings(BaseSettings):
     """SeaweedFS's S3 port speaks HTTPS only (the dev CA's ``seaweedfs`` certificate; Tansu
     reaches its storage over it) and :meth:`client_env` says ``LORAPLANE_S3_SECURE`` /
     ``LORAPLANE_S3_CA_FILE``. Default: as ``tls`` in the ``run`` profile (``make run``,
-    ``make stress``), off in ``test``; every client of the stack's S3 takes its settings
-    from :meth:`s3_connection` (:meth:`s3_client`, :meth:`s3_settings`, :meth:`s3_env`,
-    :meth:`client_env`)."""
+    ``make stress``), off in ``test`` (the test session, ``bench-cold``'s private store):
+    with it on, the canary tests of ``platform/test_canary_analysis.py`` ran 3-8 times
+    longer and missed their bounds (README, "Security"); ``LORAPLANE_STACK_S3_TLS=true``
+    turns it on there. Every client of the stack's S3 takes its settings from
+    :meth:`s3_connection` (:meth:`s3_client`, :meth:`s3_settings`, :meth:`s3_env`,
+    :meth:`client_env`), so the tests run either way."""
     edge_tls: bool = False
     """TLS at the edge too: the gateway serves its public gRPC and HTTP ports with its dev
     certificate, and demo.env says ``https://`` and names the CA

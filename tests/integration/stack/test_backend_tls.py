@@ -3,8 +3,9 @@ trusting another CA is refused, the stack's clients work over TLS, and Tansu kee
 in an HTTPS-only S3 gateway.
 
 PostgreSQL is the session's stack (``tls`` on: ``hostssl`` only). The S3 case starts a
-SeaweedFS and a Tansu of its own (``s3_tls`` on, ports 600 above the session's base):
-the session's S3 stays plaintext (``StackSettings.s3_tls``: off in the test profile).
+SeaweedFS and a Tansu of its own (``s3_tls`` on, ports 600 above the session's base), so
+that it checks HTTPS also in a session whose S3 is plaintext (``StackSettings.s3_tls``: on
+with ``tls`` in the ``run`` profile, off by default in ``test``).
 """
 
 from __future__ import annotations
