@@ -21,6 +21,7 @@ from loraplane.stack.components import port_in_use
 from loraplane.stack.services import existing_services
 from loraplane.stack.settings import PORT_OFFSETS, StackSettings
 from loraplane.stack.supervisor import ServiceProcess, service_env, service_processes
+from tests.support.ports import side_port_base
 
 REQUIRED_ENV = [
     "LORAPLANE_GATEWAY_GRPC", "LORAPLANE_GATEWAY_HTTP", "LORAPLANE_DEMO_API_KEY",
@@ -64,17 +65,19 @@ def _restarted(env: dict[str, str], proc: ServiceProcess, old_pid: int, within_s
 
 
 def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
+    base = side_port_base(7)  # the session's base + 840: a run on another base has its own
     env = dict(os.environ)
     env.update(
-        LORAPLANE_STACK_PORT_BASE="23000",
+        LORAPLANE_STACK_PORT_BASE=str(base),
         LORAPLANE_STACK_DATA_DIR=str(tmp_path / "stack"),
         LORAPLANE_STACK_DEMO_ENV_FILE=str(tmp_path / "demo.env"),
     )
-    settings = StackSettings(profile="run", port_base=23000, data_dir=tmp_path / "stack")
+    settings = StackSettings(profile="run", port_base=base, data_dir=tmp_path / "stack")
     ports = [getattr(settings, name) for name in PORT_OFFSETS]
     for svc in existing_services():
         ports.extend(svc.all_ports(settings))
-    assert not any(port_in_use(p) for p in ports), "port block 23000 is busy before the test"
+    busy = [p for p in ports if port_in_use(p)]
+    assert not busy, f"ports {busy} of block {base} are busy before the test"
 
     log = open(tmp_path / "run.log", "w+b")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([_cli(), "run"], env=env, stdout=log, stderr=subprocess.STDOUT,

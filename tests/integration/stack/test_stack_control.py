@@ -10,6 +10,7 @@ import pytest
 from loraplane.stack.components import Prometheus, SeaweedFS, StackError
 from loraplane.stack.settings import StackSettings
 from loraplane.stack.stack import MARKER, Stack
+from tests.support.ports import side_port_base
 
 
 def test_status_reports_every_component_healthy(stack: Stack) -> None:
@@ -21,16 +22,16 @@ def test_status_reports_every_component_healthy(stack: Stack) -> None:
 
 
 def test_taken_port_names_the_component(tmp_path: Path) -> None:
-    s = StackSettings(profile="test", port_base=27500, data_dir=tmp_path)
+    s = StackSettings(profile="test", port_base=side_port_base(1), data_dir=tmp_path)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", s.s3_port))
         sock.listen(1)
-        with pytest.raises(StackError, match=r"seaweedfs: port 27503 \(s3_port\) is already taken"):
+        with pytest.raises(StackError, match=rf"seaweedfs: port {s.s3_port} \(s3_port\) is already taken"):
             SeaweedFS(s).start()
 
 
 def test_missing_binary_names_the_component(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = StackSettings(profile="test", port_base=27600, data_dir=tmp_path)
+    s = StackSettings(profile="test", port_base=side_port_base(2), data_dir=tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     comp = Prometheus(s)
     monkeypatch.setattr(comp, "command", lambda: [str(tmp_path / "no-such-prometheus")])
@@ -47,7 +48,7 @@ def test_duplicate_ports_are_refused() -> None:
 
 def test_failing_stack_up_leaves_running_components_running(tmp_path: Path) -> None:
     """`stack up` that fails (a taken port) stops only what it started itself."""
-    s = StackSettings(profile="test", port_base=27700, data_dir=tmp_path)
+    s = StackSettings(profile="test", port_base=side_port_base(3), data_dir=tmp_path)
     st = Stack(s)
     try:
         for comp in (st.seaweedfs, st.tansu, st.postgres):

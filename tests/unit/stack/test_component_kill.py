@@ -17,6 +17,7 @@ import pytest
 
 from loraplane.stack.components import Component, StackError, port_in_use
 from loraplane.stack.settings import StackSettings
+from tests.support.ports import side_port_base
 
 LISTEN = """
 import os, socket, subprocess, sys, time
@@ -80,7 +81,7 @@ class Listener(Component):
 
 @pytest.fixture
 def settings(tmp_path: Path) -> StackSettings:
-    return StackSettings(profile="test", port_base=24000, data_dir=tmp_path)
+    return StackSettings(profile="test", port_base=side_port_base(4), data_dir=tmp_path)
 
 
 def _alive(pid: int) -> bool:

@@ -21,6 +21,7 @@ from loraplane.stack.supervisor import (
     service_env,
     service_processes,
 )
+from tests.support.ports import side_port_base
 
 
 class FakeComponent(Component):
@@ -63,7 +64,7 @@ class FakeStack:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> StackSettings:
-    return StackSettings(profile="run", port_base=24000, data_dir=tmp_path,
+    return StackSettings(profile="run", port_base=side_port_base(6), data_dir=tmp_path,
                          restart_backoff_s=1.0, restart_backoff_max_s=8.0,
                          restart_stable_s=60.0, restart_nice=0)
 
@@ -146,7 +147,7 @@ class Sleeper(Component):
 
 
 def test_a_restarted_process_runs_boosted_until_healthy(tmp_path: Path) -> None:
-    settings = StackSettings(profile="run", port_base=24000, data_dir=tmp_path, restart_nice=-5)
+    settings = StackSettings(profile="run", port_base=side_port_base(6), data_dir=tmp_path, restart_nice=-5)
     comp = Sleeper(settings)
     sup = _supervisor(settings, [comp])
     try:
@@ -202,7 +203,7 @@ def test_two_workers_by_default_each_with_its_own_ports_id_and_state(
     spec = next(s for s in SERVICES if s.name == "worker")
     assert scrape_targets(settings)["worker"] == [
         spec.ports(settings, i)["METRICS_PORT"] for i in range(2)]
-    one = StackSettings(profile="run", port_base=24000, data_dir=settings.root, workers=1)
+    one = StackSettings(profile="run", port_base=side_port_base(6), data_dir=settings.root, workers=1)
     assert [p.name for p in service_processes(one, service_env(one))
             if p.spec.name == "worker"] == ["svc-worker"]
 
@@ -231,7 +232,7 @@ def test_two_gateways_share_the_public_ports_each_with_its_own_metrics_and_share
     gateway = next(s for s in SERVICES if s.name == "gateway")
     targets = scrape_targets(settings)["gateway"]
     assert targets == [gateway.ports(settings, i)["METRICS_PORT"] for i in range(2)]
-    one = StackSettings(profile="run", port_base=24000, data_dir=settings.root, gateways=1)
+    one = StackSettings(profile="run", port_base=side_port_base(6), data_dir=settings.root, gateways=1)
     assert [p.name for p in service_processes(one, service_env(one))
             if p.spec.name == "gateway"] == ["svc-gateway"]
 
