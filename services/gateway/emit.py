@@ -70,9 +70,11 @@ class KafkaPublisher:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Completion:
-    """One finished request, as recorded on the request path."""
+    """One finished request, as recorded on the request path (not frozen: one is built per
+    request, and a frozen dataclass's ``__init__`` costs ~1.2 µs more for its 13 fields;
+    nothing changes one once recorded)."""
 
     adapter: common_pb2.AdapterRef
     """Resolved version (adapter_name empty for base-model requests)."""

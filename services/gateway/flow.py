@@ -594,8 +594,8 @@ class FlowController:
         self, worker_id: str, *, tenant: str, request_class: int, priority: int, cost: int,
     ) -> Permit:
         """Wait for a slot on ``worker_id`` (raises :class:`QueueWaitExceeded`)."""
-        klass = class_name(request_class)
         b = band(request_class, priority)
+        klass = CLASS_OF_RANK[b // PRIORITIES_PER_CLASS]  # class_name(request_class)
         if not self.config.max_in_flight_per_worker:
             return Permit(self, worker_id, b, tenant, klass, self._now(), 0.0)
         wf = self._worker(worker_id)

@@ -72,7 +72,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         metadata = context.invocation_metadata() or ()
         principal = self.gateway.authenticate(bearer_token(metadata))
         gw = self.gateway
-        route_base_model_name(request, served_base_models(gw.placement, gw.default_base_model))
+        name = request.adapter
+        # only a served base model's own name is rewritten: the served ones are worked out
+        # (every worker's liveness, sorted) only for a name that can be one
+        if name and (name == gw.default_base_model or gw.placement.names_base_model(name)):
+            route_base_model_name(request,
+                                  served_base_models(gw.placement, gw.default_base_model))
         request_id = None
         for key, value in metadata:
             if key == REQUEST_ID_METADATA and isinstance(value, str) and 0 < len(value) <= 128:

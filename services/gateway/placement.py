@@ -107,6 +107,8 @@ class PlacementView:
         self._workers: dict[str, WorkerView] = {}
         self._warm_ms = warm_load_ms
         self._cold_ms = cold_load_ms
+        self._estimates = LoadEstimates(warm_load_ms, cold_load_ms)
+        """The last estimates handed out (one object while they stay the same)."""
         self._alpha = ewma_alpha
         self.events_applied = 0
         """Reports applied (readiness, tests)."""
@@ -248,7 +250,10 @@ class PlacementView:
 
     def estimates(self) -> LoadEstimates:
         """Current WARM → HOT and COLD → HOT load estimates."""
-        return LoadEstimates(self._warm_ms, self._cold_ms)
+        est = self._estimates
+        if est.warm_ms != self._warm_ms or est.cold_ms != self._cold_ms:
+            est = self._estimates = LoadEstimates(self._warm_ms, self._cold_ms)
+        return est
 
     def worker(self, worker_id: str) -> WorkerView | None:
         """One worker."""
@@ -277,6 +282,11 @@ class PlacementView:
         for w in self._workers.values():
             out |= w.base_models
         return {b for b in out if self.routable(b)}
+
+    def names_base_model(self, name: str) -> bool:
+        """Whether some known worker (live or not) has ``name`` among its base models: a
+        cheap test before :func:`~loraplane.gateway.models.served_base_models`."""
+        return any(name in w.base_models for w in self._workers.values())
 
     def is_warm(self, base_model: str, engine_id: int) -> bool:
         """Whether the version is HOT or WARM on some routable worker."""

@@ -80,6 +80,8 @@ class TenantPolicies:
         self.default = default
         self._priority: dict[str, int] = {}
         self._quotas: dict[str, Quota] = {}
+        self._per_adapter = 0
+        """Adapter quotas set (keys ``tenant/adapter``)."""
 
     def priority(self, tenant_id: str) -> int:
         """The tenant's tier (bronze until the registry said otherwise)."""
@@ -96,12 +98,14 @@ class TenantPolicies:
             self._quotas.pop(key, None)
         else:
             self._quotas[key] = quota
+        if adapter_name:
+            self._per_adapter = sum(1 for k in self._quotas if "/" in k)
 
     def quotas_of(self, tenant_id: str, adapter_name: str) -> list[tuple[str, Quota]]:
         """The quotas a request of ``tenant_id`` on ``adapter_name`` counts against:
         the tenant's (its own or the default) and the adapter's where one is set."""
         out = [(tenant_id, self._quotas.get(tenant_id, self.default))]
-        if adapter_name:
+        if adapter_name and self._per_adapter:  # no key to build while none is set
             key = f"{tenant_id}/{adapter_name}"
             q = self._quotas.get(key)
             if q is not None:
@@ -118,6 +122,11 @@ class TenantPolicies:
             q = event.tenant_quota_set
             quota = None if q.cleared else Quota(q.max_in_flight, q.tokens_per_s)
             self.set_quota(q.tenant_id, q.adapter_name, quota)
+
+
+def _who(key: str) -> str:
+    """How a refusal names the quota's owner."""
+    return f"adapter {key}" if "/" in key else f"tenant {key}"
 
 
 class QuotaBook:
@@ -148,8 +157,8 @@ class QuotaBook:
         quotas = self.policies.quotas_of(tenant_id, adapter_name)
         tokens = max(1, tokens)
         for key, q in quotas:
-            who = f"adapter {key}" if "/" in key else f"tenant {key}"
             if q.max_in_flight and self.in_flight(key) >= q.max_in_flight:
+                who = _who(key)
                 raise QuotaExceeded(
                     f"{who} is over its max_in_flight quota ({q.max_in_flight} requests in "
                     f"flight); retry in 1 s", quota="max_in_flight", retry_after_s=1.0,
@@ -158,6 +167,7 @@ class QuotaBook:
                 capacity = max(q.tokens_per_s * self.burst_s, float(tokens))
                 b = self._level(key, q.tokens_per_s, capacity, now)
                 if b.level < tokens:
+                    who = _who(key)
                     wait = math.ceil((tokens - b.level) / q.tokens_per_s)
                     raise QuotaExceeded(
                         f"{who} is over its tokens_per_s quota ({q.tokens_per_s:g} output "

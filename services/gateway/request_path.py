@@ -31,11 +31,10 @@ does not affect it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -131,9 +130,10 @@ class _Target:
     budget_exceeded: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Resolved:
-    """What a request's name resolved to: one immutable version, or the base model."""
+    """What a request's name resolved to: one immutable version, or the base model (one per
+    request: not frozen, whose ``__init__`` costs more; never changed once built)."""
 
     info: VersionInfo | None
     """The version (None: the base model itself)."""
@@ -218,10 +218,25 @@ def validate_params(req: inference_pb2.GenerateRequest, limits: Limits) -> list[
     return problems
 
 
+_ID_BATCH = 256
+"""Request ids' random bytes drawn from ``os.urandom`` at once (one system call, not one
+per request)."""
+_id_bytes: list[bytes] = []
+"""The drawn bytes not used yet, 16 per id (emptied in a forked child: never shared)."""
+os.register_at_fork(after_in_child=_id_bytes.clear)
+
+
 def new_request_id() -> str:
     """A fresh request id: a random UUID (version 4) as 32 hex digits, like
-    ``uuid.uuid4().hex`` at a third of its cost."""
-    b = bytearray(os.urandom(16))
+    ``uuid.uuid4().hex`` (the same ``os.urandom`` bytes, drawn ``_ID_BATCH`` ids at a time)
+    at a fraction of its cost."""
+    try:
+        raw = _id_bytes.pop()
+    except IndexError:
+        drawn = os.urandom(16 * _ID_BATCH)
+        _id_bytes.extend(drawn[i:i + 16] for i in range(16, len(drawn), 16))
+        raw = drawn[:16]
+    b = bytearray(raw)
     b[6] = (b[6] & 0x0F) | 0x40  # version 4
     b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
     return b.hex()
@@ -323,9 +338,12 @@ class Gateway:
         """Decide where the version is served; waits for a cold-load slot when told to."""
         while True:
             workers = self.placement.routable(info.base_model)
-            options = worker_options(workers, self.local, info.engine_id, exclude=exclude)
+            hot = self._hot(workers, info.engine_id, exclude)
             elapsed_ms = (self._monotonic() - started) * 1000.0
             remaining = budget.budget_ms - elapsed_ms
+            if hot is not None:  # decide's first rule, without every worker's option
+                return _Target(hot, TIER_HOT, False, max(0, int(remaining)), False, False)
+            options = worker_options(workers, self.local, info.engine_id, exclude=exclude)
             decision: Decision = decide(options, budget, remaining, self.placement.estimates())
             plan = decision.plan
             if decision.prewarm:
@@ -351,6 +369,26 @@ class Gateway:
             if plan.exhausted:
                 raise ColdStartBudgetExceeded(plan.reason, retry_after_s=plan.retry_after_s)
             raise AdapterCold(plan.reason, retry_after_s=plan.retry_after_s)
+
+    def _hot(self, workers: list[WorkerView], engine_id: int,
+             exclude: frozenset[str]) -> WorkerView | None:
+        """The worker :func:`~loraplane.gateway.budget.decide` routes to when the version is
+        HOT on some worker not excluded: the least loaded of those (its load as
+        :func:`~loraplane.gateway.placement.worker_options` counts it; ties: the smallest
+        worker id), or None when it is HOT on none (the request is decided in full then;
+        so is engine id 0, which the options count HOT everywhere)."""
+        if not engine_id:
+            return None
+        best: WorkerView | None = None
+        best_key: tuple[int, str] | None = None
+        in_flight = self.local.in_flight
+        for w in workers:
+            if w.tiers.get(engine_id) != TIER_HOT or w.worker_id in exclude:
+                continue
+            key = (max(in_flight.get(w.worker_id, 0), w.reported_in_flight), w.worker_id)
+            if best_key is None or key < best_key:
+                best, best_key = w, key
+        return best
 
     def _plan_degrade(self, info: VersionInfo, exclude: frozenset[str]) -> _Target:
         """The base model on the least-loaded worker (the version got no HOT slot in time)."""
@@ -385,8 +423,10 @@ class Gateway:
 
         The steps, each narrowing what is left: :meth:`_check` the fields, :meth:`_resolve`
         the name to one immutable version, :meth:`_budget` its cold-start budget,
-        :meth:`_take_quota`, :meth:`_attempts` on workers until one streams, and
-        :meth:`_account` for what it cost, however it ended.
+        :meth:`_take_quota`, then the attempts on workers until one streams (:meth:`_plan`,
+        flow control, the worker's stream; in this generator itself, not a nested one: each
+        layer costs every message a resumption), and :meth:`_account` for what it cost,
+        however it ended.
 
         Raises a :class:`~loraplane.shared.errors.LoraplaneError` (classified) on refusal.
         """
@@ -399,17 +439,109 @@ class Gateway:
         series = self.metrics.series(*resolved.labels)
         budget = self._budget(resolved, request_class)
         served = _Served()
+        deadline = started + timeout
+        info, ref, base_model = resolved.info, resolved.ref, resolved.base_model
         try:
             served.quota = self._take_quota(principal, req)
-            attempts = self._attempts(principal, req, rid, request_class, resolved, budget,
-                                      series, started, started + timeout, served)
-            async with contextlib.aclosing(attempts):  # closed with the caller's stream
-                async for msg in attempts:
-                    if on_first is not None:
-                        on_first(msg)
-                        on_first = None
-                    yield msg
-            if served.target is not None and served.target.use_base and resolved.info is not None:
+            # The attempts, in this generator itself (one generator per stream, not two:
+            # each layer costs every message an extra resumption). Plan a worker, pass flow
+            # control, stream its answer; before the first token, plan again (up to
+            # MAX_ROUTE_ATTEMPTS) without a worker that answered UNAVAILABLE, with the
+            # version COLD on one it is leaving, or on the base model when no HOT slot frees
+            # within the budget. ``served`` records the target, first token and usage.
+            exclude = self._excluded()
+            priority = self.quotas.policies.priority(principal.tenant_id) if self.quotas else 0
+            degrade = False
+            for attempt in range(MAX_ROUTE_ATTEMPTS):
+                if info is None:
+                    target = self._plan_base(base_model, exclude)
+                elif degrade:
+                    target = self._plan_degrade(info, exclude)
+                else:
+                    target = await self._plan(info, budget, request_class, started, exclude)
+                served.target = target
+                if target.budget_exceeded:
+                    series.budget_exceeded.inc()
+                series.routed_to(TIER_NAMES.get(target.tier, "unspecified"))
+                wreq = self._worker_request(rid, req, request_class, ref, info, base_model,
+                                            target, deadline)
+                # the canary must not be the worker's own LRU victim mid-split
+                wreq.never_evict = resolved.canary and info is not None and not target.use_base
+                wid = target.worker.worker_id
+                wreq.priority = priority  # type: ignore[assignment]
+                permit: Permit | None = None
+                if self.flow is not None:
+                    self.local.begin(wid)  # a waiter counts as load: the next goes elsewhere
+                    try:
+                        permit = await self.flow.admit(
+                            wid, tenant=principal.tenant_id, request_class=request_class,
+                            priority=priority, cost=req.max_tokens or 1,
+                        )
+                    finally:
+                        self.local.end(wid)
+                call = self.workers.stub(target.worker.address).Generate(
+                    wreq, timeout=max(0.001, deadline - self._monotonic())
+                )
+                self.local.begin(wid)
+                if target.starts_load and info is not None:
+                    self.local.start_load(wid, info.engine_id)
+                load_open = target.starts_load
+                try:
+                    first = True
+                    async for msg in call:
+                        if first:
+                            first = False
+                            served.first_at = self._monotonic()
+                            if load_open and info is not None:
+                                load_open = False
+                                self.local.finish_load(wid, info.engine_id)
+                            self._stamp(msg, ref, target, resolved.canary, rid)
+                            if msg.finished:
+                                self._finish(msg, served, started, permit)
+                            if on_first is not None:
+                                on_first(msg)
+                        elif msg.finished:
+                            self._finish(msg, served, started, permit)
+                        yield msg
+                    break
+                except grpc.aio.AioRpcError as err:
+                    if (
+                        err.code() == grpc.StatusCode.UNAVAILABLE
+                        and served.first_at == 0.0
+                        and attempt + 1 < MAX_ROUTE_ATTEMPTS
+                    ):
+                        reason = _trailing(err, REASON_METADATA)
+                        if reason in VERSION_LEVEL_REASONS and info is not None:
+                            # The worker is fine; this version is leaving it (or left):
+                            # plan again with the version COLD there (budget rules apply).
+                            self.placement.forget_version(wid, info.engine_id)
+                            continue
+                        self._suspect[wid] = self._monotonic() + self.limits.worker_suspect_s
+                        exclude = exclude | {wid}
+                        continue
+                    if (
+                        err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                        and served.first_at == 0.0
+                        and info is not None
+                        and not target.use_base
+                        and attempt + 1 < MAX_ROUTE_ATTEMPTS
+                        and _trailing(err, REASON_METADATA) in NO_SLOT_REASONS
+                        and degrades_without_slot(budget)
+                    ):
+                        degrade = True  # no HOT slot within the budget: base model
+                        self.prewarm.request(info.ref(), info.engine_id, request_class,
+                                             "no_slot")
+                        continue
+                    raise from_rpc_error(err, wid) from None
+                finally:
+                    if not call.done():
+                        call.cancel()
+                    self.local.end(wid)
+                    if permit is not None:
+                        permit.release()
+                    if load_open and info is not None:
+                        self.local.finish_load(wid, info.engine_id)
+            if served.target is not None and served.target.use_base and info is not None:
                 served.outcome = "degraded"
                 series.degraded.inc()
         except LoraplaneError as exc:
@@ -422,6 +554,20 @@ class Gateway:
             raise
         finally:
             self._account(resolved, rid, request_class, series, started, served)
+
+    def _finish(self, msg: inference_pb2.GenerateResponse, served: _Served, started: float,
+                permit: Permit | None) -> None:
+        """The last message: its usage into ``served``, the gateway's TTFT and duration into
+        the message, and the flow permit back (the engine is done with it: free the slot
+        before the client can send its next request, else that one waits for this
+        generator to resume)."""
+        usage = msg.usage
+        served.prompt_tokens = usage.prompt_tokens
+        served.output_tokens = usage.output_tokens
+        usage.ttft_ms = (served.first_at - started) * 1000.0
+        usage.duration_ms = (self._monotonic() - started) * 1000.0
+        if permit is not None:
+            permit.release()
 
     def _check(self, req: inference_pb2.GenerateRequest) -> bool:
         """Refuse a request with bad fields, naming every problem (INVALID_ARGUMENT);
@@ -512,121 +658,6 @@ class Gateway:
                 self.flow.metrics.quota_refused.labels(principal.tenant_id, exc.quota).inc()
             raise
 
-    async def _attempts(
-        self,
-        principal: Principal,
-        req: inference_pb2.GenerateRequest,
-        rid: str,
-        request_class: int,
-        resolved: _Resolved,
-        budget: ClassBudget,
-        series: Series,
-        started: float,
-        deadline: float,
-        served: _Served,
-    ) -> AsyncGenerator[inference_pb2.GenerateResponse, None]:
-        """Plan a worker, pass flow control, stream its answer; before the first token, plan
-        again (up to ``MAX_ROUTE_ATTEMPTS``) without a worker that answered UNAVAILABLE, with
-        the version COLD on one it is leaving, or on the base model when no HOT slot frees
-        within the budget. ``served`` records the target, first token and usage."""
-        info, ref, base_model = resolved.info, resolved.ref, resolved.base_model
-        exclude = self._excluded()
-        priority = self.quotas.policies.priority(principal.tenant_id) if self.quotas else 0
-        degrade = False
-        for attempt in range(MAX_ROUTE_ATTEMPTS):
-            if info is None:
-                target = self._plan_base(base_model, exclude)
-            elif degrade:
-                target = self._plan_degrade(info, exclude)
-            else:
-                target = await self._plan(info, budget, request_class, started, exclude)
-            served.target = target
-            if target.budget_exceeded:
-                series.budget_exceeded.inc()
-            series.routed_to(TIER_NAMES.get(target.tier, "unspecified"))
-            wreq = self._worker_request(rid, req, request_class, ref, info, base_model,
-                                        target, deadline)
-            # the canary must not be the worker's own LRU victim mid-split
-            wreq.never_evict = resolved.canary and info is not None and not target.use_base
-            wid = target.worker.worker_id
-            wreq.priority = priority  # type: ignore[assignment]
-            permit: Permit | None = None
-            if self.flow is not None:
-                self.local.begin(wid)  # a waiter counts as load: the next goes elsewhere
-                try:
-                    permit = await self.flow.admit(
-                        wid, tenant=principal.tenant_id, request_class=request_class,
-                        priority=priority, cost=req.max_tokens or 1,
-                    )
-                finally:
-                    self.local.end(wid)
-            call = self.workers.stub(target.worker.address).Generate(
-                wreq, timeout=max(0.001, deadline - self._monotonic())
-            )
-            self.local.begin(wid)
-            if target.starts_load and info is not None:
-                self.local.start_load(wid, info.engine_id)
-            load_open = target.starts_load
-            try:
-                first = True
-                async for msg in call:
-                    if first:
-                        first = False
-                        served.first_at = self._monotonic()
-                        if load_open and info is not None:
-                            load_open = False
-                            self.local.finish_load(wid, info.engine_id)
-                        self._stamp(msg, ref, target, resolved.canary, rid)
-                    if msg.finished:
-                        served.prompt_tokens = msg.usage.prompt_tokens
-                        served.output_tokens = msg.usage.output_tokens
-                        msg.usage.ttft_ms = (served.first_at - started) * 1000.0
-                        msg.usage.duration_ms = (self._monotonic() - started) * 1000.0
-                        if permit is not None:
-                            # the engine is done with it: free the slot before the
-                            # client can send its next request (else that one waits
-                            # for this generator to resume)
-                            permit.release()
-                    yield msg
-                return
-            except grpc.aio.AioRpcError as err:
-                if (
-                    err.code() == grpc.StatusCode.UNAVAILABLE
-                    and served.first_at == 0.0
-                    and attempt + 1 < MAX_ROUTE_ATTEMPTS
-                ):
-                    reason = _trailing(err, REASON_METADATA)
-                    if reason in VERSION_LEVEL_REASONS and info is not None:
-                        # The worker is fine; this version is leaving it (or left):
-                        # plan again with the version COLD there (budget rules apply).
-                        self.placement.forget_version(wid, info.engine_id)
-                        continue
-                    self._suspect[wid] = self._monotonic() + self.limits.worker_suspect_s
-                    exclude = exclude | {wid}
-                    continue
-                if (
-                    err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                    and served.first_at == 0.0
-                    and info is not None
-                    and not target.use_base
-                    and attempt + 1 < MAX_ROUTE_ATTEMPTS
-                    and _trailing(err, REASON_METADATA) in NO_SLOT_REASONS
-                    and degrades_without_slot(budget)
-                ):
-                    degrade = True  # no HOT slot within the budget: base model
-                    self.prewarm.request(info.ref(), info.engine_id, request_class,
-                                         "no_slot")
-                    continue
-                raise from_rpc_error(err, wid) from None
-            finally:
-                if not call.done():
-                    call.cancel()
-                self.local.end(wid)
-                if permit is not None:
-                    permit.release()
-                if load_open and info is not None:
-                    self.local.finish_load(wid, info.engine_id)
-
     def _account(
         self,
         resolved: _Resolved,
@@ -645,8 +676,8 @@ class Gateway:
         series.outcome(served.outcome)
         first_at, target, info = served.first_at, served.target, resolved.info
         if first_at:
-            series.ttft.observe(first_at - started)
-        series.duration.observe(end - started)
+            series.observe_ttft(first_at - started)
+        series.observe_duration(end - started)
         if info is not None or target is not None:
             self.heat.record(
                 Completion(
