@@ -4,6 +4,8 @@ object-store GET + sha256 of the same bytes, measured in one run.
 ``python -m benchmarks.cold`` (what ``make bench-cold`` runs):
 
 1. starts a private SeaweedFS (S3) for the run, unless ``--s3-endpoint`` points at one;
+   plaintext as the test profile's S3 by default (``StackSettings.s3_tls``;
+   ``LORAPLANE_STACK_S3_TLS=true``: HTTPS with the stack's dev CA, raw and pipeline both);
 2. builds (once, cached under ``.loraplane/bench/cold``) a wider Llama base model
    (hidden 512, 16 layers) and signed PEFT LoRA adapters on every linear projection whose
    rank is chosen to hit each size (1-100 MB: rank 2-200; the engine runs with
@@ -241,8 +243,9 @@ def bench_adapter(root: Path, dims: LlamaDims, rank: int, private_key: Path) -> 
 
 
 @contextlib.contextmanager
-def private_s3(data_dir: Path, port_base: int) -> Iterator[tuple[str, str, str]]:
-    """A SeaweedFS for the run; yields ``(endpoint, access_key, secret_key)``."""
+def private_s3(data_dir: Path, port_base: int) -> Iterator[dict[str, Any]]:
+    """A SeaweedFS for the run (HTTPS with ``StackSettings.s3_tls``); yields how to reach
+    it (``StackSettings.s3_connection``)."""
     from loraplane.stack.components import SeaweedFS
     from loraplane.stack.settings import StackSettings
 
@@ -250,7 +253,7 @@ def private_s3(data_dir: Path, port_base: int) -> Iterator[tuple[str, str, str]]
     seaweed = SeaweedFS(settings)
     seaweed.start()
     try:
-        yield settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key
+        yield settings.s3_connection()
     finally:
         seaweed.stop()
 
@@ -259,23 +262,22 @@ def private_s3(data_dir: Path, port_base: int) -> Iterator[tuple[str, str, str]]
 
 
 async def measure(
-    sizes_mb: list[int], repeats: int, root: Path, s3: tuple[str, str, str], echo: Console,
+    sizes_mb: list[int], repeats: int, root: Path, s3: dict[str, Any], echo: Console,
     *, verbose: bool = False,
 ) -> list[SizeResult]:
-    """Run the benchmark against the S3 endpoint ``s3``; returns one result per size."""
-    from minio import Minio
-
+    """Run the benchmark against the S3 endpoint ``s3`` (the keyword arguments of
+    ``minio_client`` / ``MinioStore``: ``StackSettings.s3_connection``); returns one result
+    per size."""
     from loraplane.devkit.keys import write_dev_keys
+    from loraplane.shared.objectstore import minio_client
     from loraplane.shared.signing import compute_manifest_digest
     from loraplane.worker.engine_start import EngineOptions
     from loraplane.worker.vllm_engine import VllmEngine
 
-    endpoint, access, secret = s3
     keys = write_dev_keys(root / "keys", SEED, label="bench")
     model_dir = await asyncio.to_thread(bench_model, root)
     dims = LlamaDims.from_model_dir(model_dir)
-    client = Minio(endpoint, access_key=access, secret_key=secret, secure=False,
-                   region="us-east-1")
+    client = minio_client(**s3)
     if not client.bucket_exists(BUCKET):
         client.make_bucket(BUCKET)
     specs: list[tuple[ArtifactSpec, list[str], int]] = []
@@ -302,7 +304,7 @@ async def measure(
     echo.print("  starting the engine ...")
     engine = await VllmEngine.start(model_dir, options)
     echo.print(f"  engine started in {engine.start_seconds:.1f}s")
-    store = MinioStore(endpoint, access, secret)
+    store = MinioStore(**s3)
     host = HostTier(root / "host", capacity_bytes=4 << 30, store=store,
                     trusted_keys=[keys.public_key], bucket=BUCKET, prefix="adapters",
                     max_lora_rank=MAX_LORA_RANK)
@@ -641,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="use this S3 (host:port) instead of a private SeaweedFS")
     parser.add_argument("--s3-access-key", default="loraplane")
     parser.add_argument("--s3-secret-key", default="loraplane-dev-secret")
+    parser.add_argument("--s3-ca-file", default="",
+                        help="speak HTTPS to --s3-endpoint, trusting this CA (PEM)")
     parser.add_argument("--verbose", action="store_true", help="print every repetition")
     parser.add_argument("--port-base", type=int, default=26000,
                         help="port block of the private SeaweedFS (default %(default)s)")
@@ -655,10 +659,14 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         if args.s3_endpoint:
-            s3 = (args.s3_endpoint, args.s3_access_key, args.s3_secret_key)
+            s3: dict[str, Any] = {
+                "endpoint": args.s3_endpoint, "access_key": args.s3_access_key,
+                "secret_key": args.s3_secret_key, "secure": bool(args.s3_ca_file),
+                "ca_file": args.s3_ca_file}
         else:
             console.print(f"starting a private SeaweedFS (ports {args.port_base}+)")
             s3 = stack.enter_context(private_s3(root / "s3", args.port_base))
+        console.print(f"S3 at {s3['endpoint']} over {'HTTPS' if s3['secure'] else 'HTTP'}")
         results = asyncio.run(measure(sizes, args.repeats, root, s3, console,
                                       verbose=args.verbose))
     console.print(table(results))
