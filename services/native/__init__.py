@@ -2,7 +2,13 @@
 
 The adaptive heat policy (:mod:`loraplane.policy.adaptive`) runs every simulated request and
 every request the cache manager observes; compiled with mypyc it runs about twice as fast as
-interpreted, with the same decisions (``tests/unit/policy/test_native.py``). The build lives
+interpreted, with the same decisions (``tests/unit/policy/test_native.py``). The heat policy
+(:mod:`loraplane.policy.heat`: the plan, most of a cache-manager round's CPU, and the plain
+heat score online) is compiled with it; its classes take interpreted subclasses
+(``mypyc_attr(allow_interpreted_subclasses=True)``: the tests' definitions and checked
+variants), whose overrides of its methods run, but not of its static methods (a compiled
+call of one is bound at compile time), and a compiled instance's methods cannot be replaced
+(subclass instead). The build lives
 outside the source tree, in ``<venv>/loraplane-native/<digest>/``, keyed by a digest of the
 policy package's sources (every ``.py`` in it: mypyc reads the types of the modules the
 compiled one imports), the Python version and mypyc's version. ``import loraplane`` calls
@@ -32,8 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-COMPILED = ("loraplane.policy.adaptive",)
-"""Modules compiled with mypyc (the hot loop of the policy)."""
+COMPILED = ("loraplane.policy.adaptive", "loraplane.policy.heat")
+"""Modules compiled with mypyc (the policy's hot loop online and the cache-manager's plan)."""
 DIGESTED = ("policy",)
 """Sub-packages of ``loraplane`` whose sources key the build (the compiled modules' own)."""
 ENV_SWITCH = "LORAPLANE_NATIVE"

@@ -40,6 +40,12 @@ from .score import hot_terms_at, liveness, penalty_s, size_factor, terms, warm_v
 from .snapshot import EMPTY_STATS, Snapshot, VersionMeta, WorkerState
 from .stats import GAP_SMOOTHING, StatsView
 
+try:  # mypyc reads it when it compiles this module (loraplane.native)
+    from mypy_extensions import mypyc_attr
+except ImportError:  # no mypy (a dev/test dependency), so no compiled build: a no-op
+    def mypyc_attr(*_args: object, **_kwargs: object) -> Callable[[type], type]:  # type: ignore[misc]
+        return lambda cls: cls
+
 _NO_PROTECTION = 0
 _CANARY = 1
 _PRIORITY = 2
@@ -49,6 +55,7 @@ _IN_SCAN = 1
 _IN_PROTECTED = 2
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class HeatOnline:
     """Online heat state for one simulated run (arrays indexed by version).
 
@@ -589,6 +596,7 @@ class _VersionFacts:
 _stable_hash = stable_hash
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class HeatPolicy:
     """The weighted heat-score policy (see the module docstring and ``README.md``)."""
 
@@ -861,10 +869,12 @@ class HeatPolicy:
             wanted = max(wanted, math.ceil(rate / pl.replica_qps))
         return min(wanted, pl.max_hot_replicas, n_serving), reason
 
-    @staticmethod
-    def _host_candidates(hosts: _HostIndex, vid: str, meta: VersionMeta) -> list[_Target]:
+    def _host_candidates(self, hosts: _HostIndex, vid: str, meta: VersionMeta) -> list[_Target]:
         """The targets :meth:`_pick_worker` needs to look at for ``vid`` (the index's
-        :meth:`~_HostIndex.candidates`; a subclass may return every target, the definition)."""
+        :meth:`~_HostIndex.candidates`; a subclass may return every target, the definition).
+
+        A method, not a static one: compiled (:mod:`loraplane.native`), a call of a static
+        method is bound to this class's, and a subclass's would never run."""
         return hosts.candidates(vid, meta)
 
     @staticmethod

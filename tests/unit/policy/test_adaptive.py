@@ -16,6 +16,7 @@ from loraplane.policy.config import PolicyConfig
 from loraplane.policy.factory import make_policy
 from loraplane.policy.heat import HeatOnline, HeatPolicy
 from loraplane.policy.model import Priority, RequestClass
+from loraplane.policy.online import OnlineContext
 from loraplane.sim.cost import CostModel
 from loraplane.sim.simulator import Capacities, SimResult, simulate
 from loraplane.sim.trace import Trace, TraceRow, format_rows, parse_rows
@@ -112,6 +113,18 @@ def test_protected_versions_never_cold_start_while_they_fit_their_share(
             assert r.cold_starts_canary == 0
 
 
+class _Given(HeatPolicy):
+    """The heat policy whose online state is the one given (a subclass: a compiled policy's
+    methods cannot be replaced on an instance)."""
+
+    def __init__(self, online: AdaptiveHeatOnline) -> None:
+        super().__init__()
+        self.given = online
+
+    def online(self, ctx: OnlineContext) -> AdaptiveHeatOnline:
+        return self.given
+
+
 def test_the_hot_tier_follows_recency_on_a_recency_trace_and_heat_on_a_frequency_trace() -> None:
     def rows_of(names: list[str]) -> list[TraceRow]:
         return [TraceRow(10.0 * i, "t", f"t/{n}@1", Priority.BRONZE, RequestClass.INTERACTIVE,
@@ -123,13 +136,11 @@ def test_the_hot_tier_follows_recency_on_a_recency_trace_and_heat_on_a_frequency
     picked = {}
     for label, names in (("moving", moving), ("frequent", frequent)):
         trace = _trace(rows_of(names))
-        pol = make_policy("heat")
         ctx = trace.online_context(workers=1, gpu_slots=4, host_bytes=10**10,
                                    bandwidths=CostModel().bandwidths)
-        online = pol.online(ctx)
+        online = make_policy("heat").online(ctx)
         assert isinstance(online, AdaptiveHeatOnline)
-        pol.online = lambda _ctx, o=online: o  # type: ignore[method-assign]
-        simulate(trace, pol, Capacities(4, 10**10, 1), CostModel())
+        simulate(trace, _Given(online), Capacities(4, 10**10, 1), CostModel())
         picked[label] = online.hot_expert(0)
     assert picked == {"moving": "lru", "frequent": "heat"}
 

@@ -74,6 +74,7 @@ cases = [] if quick else [
     ("conv-1h", read_trace(traces / "conv-1h.csv.gz"), Capacities(8, 10 * GIB, 4)),
 ]
 out = {"compiled": native.is_compiled("loraplane.policy.adaptive"),
+       "heat_compiled": native.is_compiled("loraplane.policy.heat"),
        "module": adaptive.__file__, "status": native.status(),
        "one_class": ranking.AdaptiveHeatOnline is adaptive.AdaptiveHeatOnline
                     is heat.AdaptiveHeatOnline, "cases": []}
@@ -116,6 +117,7 @@ def test_compiled_and_interpreted_take_the_same_decisions(built: Path) -> None:
     assert compiled["compiled"] is True, compiled["status"]
     assert str(compiled["module"]).startswith(str(built))
     assert plain["compiled"] is False and str(plain["module"]).endswith("adaptive.py")
+    assert compiled["heat_compiled"] is True and plain["heat_compiled"] is False
     assert compiled["one_class"] and plain["one_class"]
     assert isinstance(compiled["cases"], list) and isinstance(plain["cases"], list)
     assert len(compiled["cases"]) == 4
@@ -147,11 +149,11 @@ def test_a_build_of_other_sources_is_never_loaded(built: Path, tmp_path: Path) -
     # a build directory with a complete build under another key (what an edit leaves behind)
     root = tmp_path / "builds"
     shutil.copytree(built, root / ("0" * len(built.name)))
-    stale = _run({native.ROOT_ENV: str(root)}, "status")
+    stale = _run({native.ROOT_ENV: str(root), native.ENV_SWITCH: "1"}, "status")
     assert stale["compiled"] is False
     assert "no build for the current sources" in str(stale["status"])
     # the same files under the key of the current sources are served
     shutil.copytree(built, root / built.name)
-    fresh = _run({native.ROOT_ENV: str(root)}, "status")
+    fresh = _run({native.ROOT_ENV: str(root), native.ENV_SWITCH: "1"}, "status")
     assert fresh["compiled"] is True
     assert str(fresh["module"]).startswith(str(root / built.name))

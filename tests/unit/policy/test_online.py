@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loraplane.policy.config import PolicyConfig
 from loraplane.policy.cost import Bandwidths
 from loraplane.policy.factory import POLICIES, make_policy
 from loraplane.policy.heat import HeatOnline, HeatPolicy
@@ -242,6 +243,42 @@ def test_each_policy_is_registered_once() -> None:
     assert len(set(itertools.chain(POLICIES))) == 6
 
 
+class _CheckedOnline(HeatOnline):
+    """Plain heat online state whose WARM victim is checked against a plain scan of every
+    member (a subclass: a compiled class's methods cannot be replaced on an instance)."""
+
+    def __init__(self, ctx: OnlineContext, cfg: PolicyConfig) -> None:
+        super().__init__(ctx, cfg)
+        self.members: list[set[int]] = [set() for _ in range(ctx.n_workers)]
+
+    def on_insert_warm(self, w: int, v: int, now: float) -> None:
+        self.members[w].add(v)
+        super().on_insert_warm(w, v, now)
+
+    def on_remove_warm(self, w: int, v: int) -> None:
+        self.members[w].discard(v)
+        super().on_remove_warm(w, v)
+
+    def warm_victim(self, w: int, now: float, hot: Container[int]) -> int | None:
+        got = super().warm_victim(w, now, hot)
+        idle_before = now - self._idle_s
+        free = [u for u in self.members[w] if u not in hot]
+
+        def protected(u: int) -> bool:
+            if self.superseded(u) or not self._prot[u]:
+                return False
+            return not (self._prot[u] == 1 and self._last[u] < idle_before)
+
+        pool = [u for u in free if not protected(u)] or free
+        want = min(pool, key=lambda u: (self.value_warm(u, now), u)) if pool else None
+        if want is not None and got != want:
+            assert got is not None
+            assert self.value_warm(got, now) == pytest.approx(self.value_warm(want, now))
+        else:
+            assert got == want
+        return got
+
+
 class CheckedHeat(HeatPolicy):
     """Plain heat (``adaptive.enabled: false``) whose WARM victim is checked against a plain
     scan of every member."""
@@ -250,40 +287,7 @@ class CheckedHeat(HeatPolicy):
         from dataclasses import replace
 
         cfg = replace(self.config, adaptive=replace(self.config.adaptive, enabled=False))
-        inner = HeatOnline(ctx, cfg)
-        members: list[set[int]] = [set() for _ in range(ctx.n_workers)]
-        insert, remove, victim = inner.on_insert_warm, inner.on_remove_warm, inner.warm_victim
-
-        def on_insert_warm(w: int, v: int, now: float) -> None:
-            members[w].add(v)
-            insert(w, v, now)
-
-        def on_remove_warm(w: int, v: int) -> None:
-            members[w].discard(v)
-            remove(w, v)
-
-        def warm_victim(w: int, now: float, hot: Container[int]) -> int | None:
-            got = victim(w, now, hot)
-            idle_before = now - inner._idle_s
-            free = [u for u in members[w] if u not in hot]
-
-            def protected(u: int) -> bool:
-                if inner.superseded(u) or not inner._prot[u]:
-                    return False
-                return not (inner._prot[u] == 1 and inner._last[u] < idle_before)
-
-            pool = [u for u in free if not protected(u)] or free
-            want = min(pool, key=lambda u: (inner.value_warm(u, now), u)) if pool else None
-            if want is not None and got != want:
-                assert inner.value_warm(got, now) == pytest.approx(inner.value_warm(want, now))
-            else:
-                assert got == want
-            return got
-
-        inner.on_insert_warm = on_insert_warm  # type: ignore[method-assign]
-        inner.on_remove_warm = on_remove_warm  # type: ignore[method-assign]
-        inner.warm_victim = warm_victim  # type: ignore[method-assign]
-        return inner
+        return _CheckedOnline(ctx, cfg)
 
 
 @settings(max_examples=60, deadline=None)
