@@ -90,14 +90,14 @@ stress: install ## the platform under load and faults (2 vLLM workers, 12 scenar
 lint: install ## ruff
 	$(PY) -m ruff check services tests scripts benchmarks
 
-typecheck: install ## mypy --strict on the pure core (policy), the shared library and every service
+typecheck: install ## mypy --strict on the pure core (policy), the shared library, every service and the local stack
 	@mkdir -p .loraplane/mypy && ln -sfn ../../services .loraplane/mypy/loraplane
 	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent -p loraplane.policy -p loraplane.native \
 	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec \
 	  -p loraplane.shared.consumer -p loraplane.shared.resources -p loraplane.shared.aio \
 	  -p loraplane.shared.kafka_client \
 	  -p loraplane.cache_manager -p loraplane.gateway -p loraplane.registry \
-	  -p loraplane.admission -p loraplane.worker
+	  -p loraplane.admission -p loraplane.worker -p loraplane.stack
 
 clean: ## remove local state (.loraplane/) — stops the stacks first
 	-$(LP) stack down --profile run

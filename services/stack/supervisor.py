@@ -43,7 +43,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from loraplane.stack.certs import OPERATOR, ensure_dev_pki
+from loraplane.shared.tls import OPERATOR
+from loraplane.stack.certs import ensure_dev_pki
 from loraplane.stack.components import Component, Health, StackError, _pid_alive, port_in_use
 from loraplane.stack.services import SERVICES, ServiceSpec, existing_services
 from loraplane.stack.settings import StackSettings
