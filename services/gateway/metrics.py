@@ -33,10 +33,9 @@ served, plus the base models.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -63,41 +62,10 @@ VERSION_LABELS = ("tenant", "adapter", "version")
 """The labels naming one version in the version-labelled families (what the sweeper removes)."""
 
 
-def counter_inc(child: Counter) -> Callable[[float], None]:
-    """``child.inc`` (a label child; amounts >= 0, no exemplar) without the checks every
-    call of it repeats: the child's value's own ``inc``. Relies on prometheus-client's
-    internals (pinned, 0.26); ``tests/unit/gateway/test_metrics.py`` puts it beside ``inc``."""
-    inc: Callable[[float], None] = getattr(child, "_value").inc  # noqa: B009 - internal
-    return inc
-
-
-def histogram_observe(child: Histogram) -> Callable[[float], None]:
-    """``child.observe`` (a label child, no exemplar) without the checks every call of it
-    repeats: the same sum and the same bucket (the first whose bound is >= the amount,
-    found by bisection; none for NaN). Relies on prometheus-client's internals (pinned,
-    0.26); ``tests/unit/gateway/test_metrics.py`` puts it beside ``observe``."""
-    c: Any = child
-    bounds: tuple[float, ...] = tuple(c._upper_bounds)
-    incs: tuple[Callable[[float], None], ...] = tuple(b.inc for b in c._buckets)
-    add: Callable[[float], None] = c._sum.inc
-    n = len(bounds)
-
-    def observe(amount: float) -> None:
-        add(amount)
-        i = bisect_left(bounds, amount)
-        if i < n and amount <= bounds[i]:
-            incs[i](1)
-
-    return observe
-
-
 @dataclass(slots=True)
 class Series:
     """The label children of one (tenant, adapter, version, class), bound once; the
-    outcome and tier children are bound on first use. ``observe_ttft`` /
-    ``observe_duration`` and the counts of :meth:`outcome` and :meth:`routed_to` go
-    straight to the children's values (:func:`histogram_observe`, :func:`counter_inc`:
-    each call of the public ``observe`` / ``inc`` repeats its checks, on every request)."""
+    outcome and tier children are bound on first use."""
 
     labels: tuple[str, str, str, str]
     ttft: Histogram
@@ -106,30 +74,24 @@ class Series:
     budget_exceeded: Counter
     requests_family: Counter
     routed_family: Counter
-    outcomes: dict[str, Callable[[float], None]] = field(default_factory=dict)
-    routed: dict[str, Callable[[float], None]] = field(default_factory=dict)
-    observe_ttft: Callable[[float], None] = field(init=False)
-    observe_duration: Callable[[float], None] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.observe_ttft = histogram_observe(self.ttft)
-        self.observe_duration = histogram_observe(self.duration)
+    outcomes: dict[str, Counter] = field(default_factory=dict)
+    routed: dict[str, Counter] = field(default_factory=dict)
 
     def outcome(self, outcome: str) -> None:
         """Count one finished request."""
-        inc = self.outcomes.get(outcome)
-        if inc is None:
-            inc = counter_inc(self.requests_family.labels(*self.labels, outcome))
-            self.outcomes[outcome] = inc
-        inc(1)
+        c = self.outcomes.get(outcome)
+        if c is None:
+            c = self.requests_family.labels(*self.labels, outcome)
+            self.outcomes[outcome] = c
+        c.inc()
 
     def routed_to(self, tier: str) -> None:
         """Count one routing decision."""
-        inc = self.routed.get(tier)
-        if inc is None:
-            inc = counter_inc(self.routed_family.labels(*self.labels, tier))
-            self.routed[tier] = inc
-        inc(1)
+        c = self.routed.get(tier)
+        if c is None:
+            c = self.routed_family.labels(*self.labels, tier)
+            self.routed[tier] = c
+        c.inc()
 
 
 class GatewayMetrics(PerRegistry):

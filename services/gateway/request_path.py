@@ -338,12 +338,9 @@ class Gateway:
         """Decide where the version is served; waits for a cold-load slot when told to."""
         while True:
             workers = self.placement.routable(info.base_model)
-            hot = self._hot(workers, info.engine_id, exclude)
+            options = worker_options(workers, self.local, info.engine_id, exclude=exclude)
             elapsed_ms = (self._monotonic() - started) * 1000.0
             remaining = budget.budget_ms - elapsed_ms
-            if hot is not None:  # decide's first rule, without every worker's option
-                return _Target(hot, TIER_HOT, False, max(0, int(remaining)), False, False)
-            options = worker_options(workers, self.local, info.engine_id, exclude=exclude)
             decision: Decision = decide(options, budget, remaining, self.placement.estimates())
             plan = decision.plan
             if decision.prewarm:
@@ -369,26 +366,6 @@ class Gateway:
             if plan.exhausted:
                 raise ColdStartBudgetExceeded(plan.reason, retry_after_s=plan.retry_after_s)
             raise AdapterCold(plan.reason, retry_after_s=plan.retry_after_s)
-
-    def _hot(self, workers: list[WorkerView], engine_id: int,
-             exclude: frozenset[str]) -> WorkerView | None:
-        """The worker :func:`~loraplane.gateway.budget.decide` routes to when the version is
-        HOT on some worker not excluded: the least loaded of those (its load as
-        :func:`~loraplane.gateway.placement.worker_options` counts it; ties: the smallest
-        worker id), or None when it is HOT on none (the request is decided in full then;
-        so is engine id 0, which the options count HOT everywhere)."""
-        if not engine_id:
-            return None
-        best: WorkerView | None = None
-        best_key: tuple[int, str] | None = None
-        in_flight = self.local.in_flight
-        for w in workers:
-            if w.tiers.get(engine_id) != TIER_HOT or w.worker_id in exclude:
-                continue
-            key = (max(in_flight.get(w.worker_id, 0), w.reported_in_flight), w.worker_id)
-            if best_key is None or key < best_key:
-                best, best_key = w, key
-        return best
 
     def _plan_degrade(self, info: VersionInfo, exclude: frozenset[str]) -> _Target:
         """The base model on the least-loaded worker (the version got no HOT slot in time)."""
@@ -676,8 +653,8 @@ class Gateway:
         series.outcome(served.outcome)
         first_at, target, info = served.first_at, served.target, resolved.info
         if first_at:
-            series.observe_ttft(first_at - started)
-        series.observe_duration(end - started)
+            series.ttft.observe(first_at - started)
+        series.duration.observe(end - started)
         if info is not None or target is not None:
             self.heat.record(
                 Completion(
