@@ -51,6 +51,7 @@ from loraplane.shared.tls import (
     CACHE_MANAGER,
     REGISTRY_ID,
     CertExpiry,
+    EdgeCertificate,
     edge_server_credentials,
     secure_or_insecure_aio_channel,
 )
@@ -151,6 +152,7 @@ class _Tasks:
     bootstrap: asyncio.Task[None] | None = None
     prober: asyncio.Task[None] | None = None
     keys: asyncio.Task[None] | None = None
+    edge_https: asyncio.Task[None] | None = None
 
 
 class GatewayApp:
@@ -190,6 +192,8 @@ class GatewayApp:
         self._channels: list[grpc.aio.Channel] = []
         self.grpc: GrpcServer | None = None
         self.http: _Uvicorn | None = None
+        self.edge_https: EdgeCertificate | None = None
+        """The HTTPS listener's certificate, reloaded when its files change (edge TLS)."""
         self.feeder: ViewFeeder | None = None
         self.bootstrapped = asyncio.Event()
         """Set once the first bootstrap attempt ended (successfully or not)."""
@@ -246,8 +250,9 @@ class GatewayApp:
         if s.reuse_port:  # join the shared ports once this process can answer
             with contextlib.suppress(TimeoutError):
                 await self.wait_ready(s.join_ready_timeout_s)
+        expiry = CertExpiry.for_registry(self.metrics.registry)
         edge = (edge_server_credentials(s.edge_tls_cert_file, s.edge_tls_key_file,
-                                        expiry=CertExpiry.for_registry(self.metrics.registry))
+                                        expiry=expiry)
                 if s.edge_tls_cert_file else None)
         self.grpc = build_grpc_server(g, port=s.grpc_port, host=s.bind_host, credentials=edge,
                                       reuse_port=s.reuse_port)
@@ -259,6 +264,12 @@ class GatewayApp:
                 # edge TLS: the same certificate as the gRPC listener (HTTPS)
                 ssl_certfile=s.edge_tls_cert_file or None, ssl_keyfile=s.edge_tls_key_file or None,
             )
+            config.load()  # builds the one SSLContext every connection is wrapped with
+            if config.ssl is not None:
+                self.edge_https = EdgeCertificate(
+                    config.ssl, s.edge_tls_cert_file, s.edge_tls_key_file, expiry=expiry)
+                self._tasks.edge_https = asyncio.create_task(
+                    self.edge_https.run(s.edge_tls_check_interval_s))
             self.http = _Uvicorn(config)
             # our own listening socket: SO_REUSEPORT when several processes share the port
             # (uvicorn's own bind sets only SO_REUSEADDR)
@@ -331,7 +342,7 @@ class GatewayApp:
                 await asyncio.wait_for(self._tasks.http, max(0.1, grace_s - (time.monotonic()
                                                                              - started)))
         for task in (self._tasks.prober, self._tasks.keys, self._tasks.feeder,
-                     self._tasks.bootstrap, self._tasks.flusher):
+                     self._tasks.bootstrap, self._tasks.flusher, self._tasks.edge_https):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -66,6 +66,10 @@ class GatewaySettings(CommonSettings):
     client certificate). Empty with the key: plaintext."""
     edge_tls_key_file: str = ""
     """``LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE``: its private key (PEM; never logged)."""
+    edge_tls_check_interval_s: float = Field(default=1.0, gt=0)
+    """How often the HTTPS listener looks whether the edge certificate or key file changed
+    (and then serves the new pair to new connections; the gRPC listener looks at each new
+    connection)."""
     uvloop: bool = True
     """Run the event loop on uvloop (6-16 % less gateway CPU per request in bench-gateway)."""
 
