@@ -352,10 +352,17 @@ class CanaryRunner:
         ptr = state.pointers[adapter_id]
         rules = self.rules_for(tenant, name)
         since = max(run.stage_started_at, now - rules.window_s)
-        canary = self.window.figures(version_id(tenant, name, ptr.canary), since, now)
+        vid = version_id(tenant, name, ptr.canary)
+        canary = self.window.figures(vid, since, now)
+        # the golden set judges the version's weights, not a stage's traffic: every run
+        # kept counts, whenever it finished (one that finished before a share change started
+        # this stage, or older than the window while an abort step kept failing, would
+        # otherwise leave a canary that failed it neither cleared nor aborted)
+        golden = self.window.figures(vid, -math.inf, math.inf)
+        canary = replace(canary, golden_ok=golden.golden_ok, golden_failed=golden.golden_failed,
+                         last_golden_error=golden.last_golden_error)
         stable = self.window.figures(version_id(tenant, name, ptr.stable), since, now) \
             if ptr.stable else self.window.figures("", since, now)
-        vid = version_id(tenant, name, ptr.canary)
         pre = self.prewarm(state, vid) if ptr.canary_percent <= 0 else None
         return CanarySnapshot(adapter_id, ptr.canary, ptr.stable, ptr.canary_percent,
                               run.stage_started_at, canary, stable, run.paused,

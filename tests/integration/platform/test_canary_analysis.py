@@ -295,6 +295,26 @@ async def stable_hot(c: Canaries, name: str, version: str) -> None:
         await eventually(hot, timeout_s=90, every_s=0.5)
 
 
+async def canary_ended(c: Canaries, name: str, timeout_s: float) -> Any:
+    """``name``'s pointers once its canary pointer is gone (aborted or promoted); past
+    ``timeout_s`` an AssertionError that carries what explains it: the analysis' view
+    (``loraplane canary status``) and the log tail of every running cache manager."""
+
+    async def ended() -> Any:
+        row = await c.pointers(name)
+        return row if row["canary_version"] is None else None
+
+    try:
+        return await eventually(ended, timeout_s=timeout_s, every_s=0.25)
+    except AssertionError as exc:
+        status = (await run_cli(c.cli_env, "canary", "status", f"{c.tenant}/{name}", "--json",
+                                ok=False)).stdout
+        logs = "\n".join(f"--- {m.log.name} (running)\n"
+                         + "\n".join(m.log.read_text(errors="replace").splitlines()[-60:])
+                         for m in c.launcher.started if m.proc.poll() is None)
+        raise AssertionError(f"{exc}\ncanary status: {status}\n{logs}") from None
+
+
 async def test_b_canary_whose_artifact_disappeared_is_aborted_and_stable_serves(
     canaries: Canaries,
 ) -> None:
@@ -326,11 +346,7 @@ async def test_b_canary_whose_artifact_disappeared_is_aborted_and_stable_serves(
         t0 = time.monotonic()
         await c.cli("canary", f"{c.tenant}/{name}", v2, "20", "--reason", "canary test")
 
-        async def aborted() -> Any:
-            row = await c.pointers(name)
-            return row if row["canary_version"] is None else None
-
-        row = await eventually(aborted, timeout_s=ABORT_BOUND_S + 30, every_s=0.25)
+        row = await canary_ended(c, name, ABORT_BOUND_S + 30)
         decided_s = time.monotonic() - t0
         await asyncio.sleep(2.0)  # and stable keeps answering after the abort
     assert decided_s <= ABORT_BOUND_S, decided_s
@@ -480,11 +496,7 @@ async def test_c_canary_answering_against_its_golden_set_is_aborted_after_load(
         t0 = time.monotonic()
         await c.cli("canary", f"{c.tenant}/{name}", v2, "50", "--reason", "canary test")
 
-        async def aborted() -> Any:
-            row = await c.pointers(name)
-            return row if row["canary_version"] is None else None
-
-        row = await eventually(aborted, timeout_s=ABORT_BOUND_S + 30, every_s=0.25)
+        row = await canary_ended(c, name, ABORT_BOUND_S + 30)
         aborted_at = time.monotonic()
         decided_s = aborted_at - t0
         await asyncio.sleep(DRAIN_BOUND_S + 3.0)  # stable keeps answering after the abort
@@ -659,12 +671,8 @@ async def test_d_canary_whose_requests_fail_after_load_is_aborted_within_the_rul
                 stopped.append(p)
             wedged_at = time.monotonic()
 
-            async def aborted() -> Any:
-                row = await c.pointers(name)
-                return row if row["canary_version"] is None else None
-
             # the first failure is known at its deadline; the analysis' bound runs from then
-            row = await eventually(aborted, timeout_s=deadline_s + ABORT_BOUND_S, every_s=0.25)
+            row = await canary_ended(c, name, deadline_s + ABORT_BOUND_S)
             aborted_at = time.monotonic()
             # requests go on past the drain bound; the last one sent to the canary before
             # the abort fails at its deadline

@@ -447,6 +447,36 @@ async def test_a_canary_failing_its_golden_set_is_aborted_never_cleared() -> Non
     assert [c[0] for c in reg.calls] == ["set_share"] and ADAPTER in reg.uncleared
 
 
+async def test_a_failed_golden_set_aborts_whenever_it_finished() -> None:
+    """The golden set judges the version, not a stage's traffic: a failure that finished
+    before a share change (made by someone else) started the present stage, or longer ago
+    than the window (the abort's registry call kept failing meanwhile), still aborts. Read
+    through the stage's window alone it left the canary neither cleared (its golden set
+    failed) nor aborted: the CI's (c) case waited 90 s for an abort that never came."""
+    for case in ("share changed after the run", "older than the window"):
+        reg, store = FakeRegistry(percent=20), MemStore()
+        reg.uncleared.add(ADAPTER)
+        store.reg = reg
+        runner, state = make(reg, store)
+        state.versions[CANARY] = _record(CANARY)
+        runner.golden_pending = lambda vid, w=runner.window: not w.golden_seen(vid)
+        await runner.start()
+        await runner.tick(state, T0)  # the 20 % stage starts; golden pending
+        runner.window.golden(CANARY, T0 + 1, ok=0, failed=2, error="answer diverges")
+        if case == "share changed after the run":
+            reg.percent = 50  # an operator's step: the runner starts a new stage at its tick
+            state.set_pointers(ADAPTER, reg.pointers())
+            now = T0 + 2
+        else:
+            now = T0 + 1 + RULES.window_s + 5
+        taken = await runner.tick(state, now)
+        assert [(d.action, d.reason) for d in taken] == [
+            (Action.ABORT, Reason.GOLDEN_SET_FAILED)], (case, runner.last[ADAPTER])
+        assert taken[0].canary.golden_failed == 2, case
+        assert [c[:3] for c in reg.calls] == [("set_share", "", "0")], case
+        assert ADAPTER in reg.uncleared, case  # never cleared for tenant traffic
+
+
 async def test_a_canary_without_a_golden_set_is_cleared_at_the_first_tick() -> None:
     reg, store = FakeRegistry(percent=20), MemStore()
     reg.uncleared.add(ADAPTER)
