@@ -17,6 +17,9 @@ app = typer.Typer(help="Embedded local stack: Tansu (Kafka), SeaweedFS (S3), Pos
 ProfileOpt = typer.Option("run", "--profile", help="run (make run) or test (make test)")
 CertsOutOpt = typer.Option(Path("infra/pki"), "--out",
                            help="the directory docker-compose.yml mounts them from")
+AclsOutOpt = typer.Option(None, "--out",
+                          help="where to write it (default infra/kafka/init.sh, the file "
+                          "docker-compose.yml's kafka-init service runs)")
 
 
 def _stack(profile: str) -> Stack:
@@ -75,3 +78,13 @@ def certs(out: Path = CertsOutOpt) -> None:
     and every service; reused while valid for more than 7 days: run it again to renew)."""
     write_compose_pki(out)
     typer.echo(f"certificates for {', '.join(COMPOSE_IDENTITIES)} in {out}")
+
+
+@app.command("kafka-acls")
+def kafka_acls(out: Path | None = AclsOutOpt) -> None:
+    """Write the script that creates the topics and each service's Kafka ACLs on
+    docker-compose.yml's broker, from the one table loraplane.stack.kafka_acls.ACCESS."""
+    from loraplane.stack.kafka_acls import INIT_SCRIPT, acls, write_init_script
+
+    path = write_init_script(out or INIT_SCRIPT)
+    typer.echo(f"{len(acls())} ACLs and the topics in {path}")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
+import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,9 +18,18 @@ from cryptography.hazmat.primitives import serialization
 from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
+from loraplane.shared import topics
 from loraplane.shared.settings import CommonSettings
 from loraplane.shared.tls import SPIFFE_PREFIX
-from loraplane.stack.certs import KAFKA_KEYSTORE, write_compose_pki
+from loraplane.stack.certs import COMPOSE_IDENTITIES, KAFKA_KEYSTORE, write_compose_pki
+from loraplane.stack.kafka_acls import (
+    INIT_SCRIPT,
+    PRINCIPAL_MAPPING_RULES,
+    SUPER_USER,
+    Acl,
+    acls,
+    render_init_script,
+)
 from loraplane.stack.services import SERVICES, ServiceSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -284,3 +296,241 @@ def test_certificates_are_mounted_never_built_in(compose_pki: Path) -> None:
         keys = [s for s in sources if s.endswith(".key")]
         assert len(keys) <= 1, f"{name} gets several keys: {keys}"
     assert oct(compose_pki.stat().st_mode & 0o777) == "0o700"
+
+
+# --- Kafka ACLs: every service is a principal allowed what its code uses, nothing more ---
+
+KAFKA_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+INIT_TARGET = "/etc/kafka/init.sh"
+SERVICE_PACKAGES = {name: ROOT / "services" / SPECS[name].module.split(".")[1]
+                    for name in APP_SERVICES}
+"""Compose service (= certificate identity, = principal) -> its source package."""
+TOPIC_CONSTANTS = {name: value for name, value in vars(topics).items()
+                   if isinstance(value, str) and value in topics.TOPICS and name.isupper()}
+
+
+def _kafka_env() -> dict[str, str]:
+    return {k: str(v) for k, v in COMPOSE["services"]["kafka"]["environment"].items()}
+
+
+def _uncompose(value: str) -> str:
+    """What the container sees of a compose value (``$$`` is a literal ``$``)."""
+    return value.replace("$$", "$")
+
+
+def _map_principal(rules: str, dn: str) -> str:
+    """Kafka's SslPrincipalMapper (clients/.../security/ssl/SslPrincipalMapper.java): the
+    first rule whose pattern matches the whole DN rewrites it; DEFAULT keeps the DN."""
+    rule_re = r"(DEFAULT)|RULE:((\\.|[^\\/])*)/((\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+    for match in re.finditer(r"\s*(" + rule_re + r")\s*(,\s*|$)", rules.strip()):
+        rule = re.fullmatch(rule_re, match.group(1))
+        assert rule is not None, match.group(1)
+        if rule.group(1):
+            return dn
+        if rule.group(2) is None:
+            continue  # an empty rule
+        pattern, replacement, case = rule.group(2), rule.group(4), rule.group(6)
+        if re.fullmatch(pattern, dn):
+            name = re.sub(pattern, re.sub(r"\$(\d)", r"\\\1", replacement), dn)
+            return name.lower() if case == "L" else name.upper() if case == "U" else name
+    raise AssertionError(f"no rule maps {dn}")
+
+
+def _script_acls(script: str) -> set[Acl]:
+    """The ACLs the script's ``acls`` lines add (``kafka-acls.sh --add`` options)."""
+    out: set[Acl] = set()
+    for line in script.splitlines():
+        if not line.startswith("acls "):
+            continue
+        words = shlex.split(line)[1:]
+        opts: dict[str, list[str]] = {}
+        for flag, value in zip(words[::2], words[1::2], strict=True):
+            opts.setdefault(flag, []).append(value)
+        assert set(opts) <= {"--allow-principal", "--operation", "--resource-pattern-type",
+                             "--topic", "--group"}, line  # no deny, no host, no cluster
+        (principal,), (operation,) = opts["--allow-principal"], opts["--operation"]
+        pattern = opts.get("--resource-pattern-type", ["literal"])[0]
+        for kind in ("topic", "group"):
+            out |= {Acl(principal, operation, kind, name, pattern)  # type: ignore[arg-type]
+                    for name in opts.get(f"--{kind}", [])}
+    return out
+
+
+def _calls(package: Path) -> list[ast.Call]:
+    return [node for path in sorted(package.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)]
+
+
+def _topic_of(node: ast.expr) -> str | None:
+    """The topic a ``topics.X`` / imported ``X`` constant names."""
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return TOPIC_CONSTANTS.get(name) if isinstance(name, str) else None
+
+
+def _first_arg_topics(package: Path, func: str) -> set[str]:
+    """Topics passed first to calls of ``func`` (``x.publish(topics.CACHE_STATE, ...)``)."""
+    out: set[str] = set()
+    for call in _calls(package):
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(
+            call.func, "id", None)
+        if name == func and call.args and (topic := _topic_of(call.args[0])):
+            out.add(topic)
+    return out
+
+
+def _code_uses() -> dict[str, tuple[set[str], set[str], set[tuple[str, str]], bool]]:
+    """Per principal, read from the code (not from the ACL table): topics written, topics
+    read, groups (name, pattern type) and whether it lists every topic at start."""
+    from loraplane.admission.settings import AdmissionSettings
+    from loraplane.cache_manager.kafka_io import INPUT_TOPICS, CommandSink
+    from loraplane.cache_manager.settings import CacheManagerSettings
+    from loraplane.cache_manager.sharding import shard_group
+    from loraplane.registry.admissions import AdmissionConsumer
+    from loraplane.registry.settings import RegistrySettings
+
+    def default(cls: Any, name: str) -> str:
+        return str(cls.model_fields[name].default)
+
+    # the registry writes what its outbox carries: the topic messages it builds
+    registry_events = {call.func.attr for call in _calls(SERVICE_PACKAGES["registry"])
+                       if isinstance(call.func, ast.Attribute)
+                       and isinstance(call.func.value, ast.Name)
+                       and call.func.value.id == "events_pb2"}
+    registry_writes = {spec.name for spec in topics.TOPICS.values()
+                       if spec.message_type.DESCRIPTOR.name in registry_events}
+    views = next(call for call in _calls(SERVICE_PACKAGES["gateway"])
+                 if getattr(call.func, "id", None) == "ViewFeeder")
+    gateway_reads = {t for arg in views.args if isinstance(arg, ast.Dict)
+                     for key in arg.keys if key is not None and (t := _topic_of(key))}
+    worker_group = re.search(r'group_id=f"([^"{]*)\{settings\.worker_id\}"',
+                             (SERVICE_PACKAGES["worker"] / "app.py").read_text())
+    assert worker_group is not None
+    cm_group = default(CacheManagerSettings, "cache_manager_consumer_group")
+    uses = {
+        "registry": (registry_writes,
+                     {inspect.signature(AdmissionConsumer).parameters["topic"].default},
+                     {(default(RegistrySettings, "registry_consumer_group"), "literal")}),
+        "admission": ({default(AdmissionSettings, "admission_admissions_topic")},
+                      {default(AdmissionSettings, "admission_releases_topic")},
+                      {(default(AdmissionSettings, "admission_consumer_group"), "literal")}),
+        "cache-manager": ({inspect.signature(CommandSink.publish).parameters["topic"].default},
+                          set(INPUT_TOPICS),
+                          {(cm_group, "literal"), (shard_group(cm_group, ""), "prefixed")}),
+        "worker": (_first_arg_topics(SERVICE_PACKAGES["worker"], "publish"),
+                   _first_arg_topics(SERVICE_PACKAGES["worker"], "group_consumer"),
+                   {(worker_group.group(1), "prefixed")}),
+        "gateway": (_first_arg_topics(SERVICE_PACKAGES["gateway"], "publish"), gateway_reads,
+                    set()),
+    }
+    return {name: (*use, any(getattr(c.func, "id", None) == "ensure_topics"
+                             for c in _calls(SERVICE_PACKAGES[name])))
+            for name, use in uses.items()}
+
+
+def test_kafka_authorizes_every_request() -> None:
+    """ACLs decide, nobody passes without one, only the broker itself is a super user, and
+    every listener (the controller's too) wants a client certificate."""
+    env = _kafka_env()
+    assert env["KAFKA_AUTHORIZER_CLASS_NAME"] == KAFKA_AUTHORIZER
+    assert env["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert env["KAFKA_SUPER_USERS"] == f"User:{SUPER_USER}"
+    protocol = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    listeners = {entry.split("://")[0] for entry in env["KAFKA_LISTENERS"].split(",")}
+    assert listeners == set(protocol) and set(protocol.values()) == {"SSL"}
+    assert env["KAFKA_SSL_CLIENT_AUTH"] == "required"
+    # no listener loosens what the broker-wide settings say
+    assert not [k for k in env if k.startswith("KAFKA_LISTENER_NAME_")]
+    assert _uncompose(env["KAFKA_SSL_PRINCIPAL_MAPPING_RULES"]) == PRINCIPAL_MAPPING_RULES
+
+
+def test_each_certificate_maps_to_the_principal_its_acls_name(compose_pki: Path) -> None:
+    rules = _uncompose(_kafka_env()["KAFKA_SSL_PRINCIPAL_MAPPING_RULES"])
+    for identity in COMPOSE_IDENTITIES:  # the subject `loraplane stack certs` writes
+        dn = _cert(compose_pki / f"{identity}.pem").subject.rfc4514_string()
+        assert dn == f"CN={identity}"
+        assert _map_principal(rules, dn) == identity
+    keystore = (compose_pki / KAFKA_KEYSTORE).read_bytes()
+    broker = x509.load_pem_x509_certificate(keystore[keystore.index(b"-----BEGIN CERT"):])
+    assert _map_principal(rules, broker.subject.rfc4514_string()) == SUPER_USER
+    # a subject that is not one service name keeps its DN: no ACL names it
+    assert _map_principal(rules, "CN=cache-manager,O=elsewhere") == "CN=cache-manager,O=elsewhere"
+    assert _map_principal(rules, "CN=Cache-Manager") == "CN=Cache-Manager"
+    # each principal with ACLs is the compose service dialling Kafka with that certificate
+    for principal in {acl.principal for acl in acls()}:
+        name = principal.removeprefix("User:")
+        svc = COMPOSE["services"][name]
+        cert = _pki_file(_mounts(svc), svc["environment"]["LORAPLANE_KAFKA_CERT_FILE"],
+                         compose_pki)
+        assert _map_principal(rules, _cert(cert).subject.rfc4514_string()) == name
+
+
+def test_kafka_init_runs_the_generated_script_before_every_service(compose_pki: Path) -> None:
+    script = ROOT / INIT_SCRIPT
+    assert script.read_text() == render_init_script(), (
+        "infra/kafka/init.sh is stale: run `loraplane stack kafka-acls`")
+    init = COMPOSE["services"]["kafka-init"]
+    assert init["image"] == COMPOSE["services"]["kafka"]["image"]
+    assert init["depends_on"] == {"kafka": {"condition": "service_healthy"}}
+    assert init["entrypoint"] == ["/bin/bash", INIT_TARGET]
+    mounts = _mounts(init)
+    assert mounts[INIT_TARGET] == f"./{INIT_SCRIPT}"
+    # as the broker's own certificate (the super user), at the paths the script names
+    assert _pki_file(mounts, "/etc/kafka/pki/keystore.pem", compose_pki).name == KAFKA_KEYSTORE
+    assert _pki_file(mounts, "/etc/kafka/pki/ca.pem", compose_pki).name == "ca.pem"
+    text = script.read_text()
+    assert "ssl.keystore.location=/etc/kafka/pki/keystore.pem" in text
+    assert "ssl.truststore.location=/etc/kafka/pki/ca.pem" in text
+    for name in APP_SERVICES:
+        depends = COMPOSE["services"][name]["depends_on"]
+        assert depends.get("kafka-init") == {"condition": "service_completed_successfully"}, name
+    # idempotent: topics only if missing, ACLs only added (adding an existing one is a no-op)
+    created = {}
+    for line in text.splitlines():
+        if line.startswith("topics "):
+            words = shlex.split(line)
+            assert words[1:3] == ["--create", "--if-not-exists"], line
+            opts = dict(zip(words[3::2], words[4::2], strict=True))
+            created[opts["--topic"]] = (int(opts["--partitions"]), opts.get("--config"))
+    assert created == {spec.name: (spec.partitions, ",".join(
+        f"{k}={v}" for k, v in spec.configs.items()) or None) for spec in topics.TOPICS.values()}
+    assert "--remove" not in text and '--add "$@"' in text
+
+
+def test_acls_grant_what_the_code_uses_and_nothing_more() -> None:
+    granted = _script_acls((ROOT / INIT_SCRIPT).read_text())
+    assert granted == set(acls())
+    expected: set[Acl] = set()
+    for name, (writes, reads, groups, lists_topics) in _code_uses().items():
+        user = f"User:{name}"
+        expected |= {Acl(user, "Write", "topic", t) for t in writes}
+        expected |= {Acl(user, "Read", "topic", t) for t in reads}
+        expected |= {Acl(user, "Read", "group", g, p) for g, p in groups}  # type: ignore[arg-type]
+        if lists_topics:  # ensure_topics lists them all: each must be visible (DESCRIBE)
+            expected |= {Acl(user, "Describe", "topic", t) for t in topics.TOPICS
+                         if t not in writes | reads}
+    assert granted == expected
+    # every topic a service's code names is one it is granted something on
+    by_principal: dict[str, set[str]] = {}
+    for acl in granted:
+        if acl.resource_type == "topic":
+            by_principal.setdefault(acl.principal, set()).add(acl.name)
+    for name, package in SERVICE_PACKAGES.items():
+        named = {t for path in package.rglob("*.py") for node in ast.walk(ast.parse(
+            path.read_text())) if isinstance(node, ast.Attribute | ast.Name)
+            and (t := _topic_of(node))}
+        assert named <= by_principal[f"User:{name}"], (name, named - by_principal[f"User:{name}"])
+
+    def who(operation: str, topic: str) -> set[str]:
+        return {a.principal for a in granted
+                if a.operation == operation and a.resource_type == "topic" and a.name == topic}
+
+    assert who("Write", topics.CACHE_COMMANDS) == {"User:cache-manager"}
+    assert who("Read", topics.CACHE_COMMANDS) == {"User:worker"}
+    for topic in (topics.ADAPTER_RELEASES, topics.ADAPTER_LIFECYCLE, topics.TENANT_EVENTS):
+        assert who("Write", topic) == {"User:registry"}, topic
+    assert who("Write", topics.ADAPTER_ADMISSIONS) == {"User:admission"}
+    # only the services: the operator's certificate, the super user and any wildcard get
+    # nothing; topics are named one by one
+    assert {a.principal for a in granted} == {f"User:{n}" for n in APP_SERVICES}
+    assert all(a.pattern == "literal" for a in granted if a.resource_type == "topic")
+    assert not [a for a in granted if "*" in a.principal + a.name]
