@@ -282,17 +282,34 @@ async def stable_hot(c: Canaries, name: str, version: str) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
 
+        outcomes: Counter[str] = Counter()  # what the requests got (a timeout's message)
+
         async def hot() -> bool:
             req = inference_pb2.GenerateRequest(adapter=name, prompt="Hi", max_tokens=1)
             try:
                 msgs = [m async for m in stub.Generate(
                     req, metadata=(("authorization", f"Bearer {c.key}"),), timeout=60)]
-            except grpc.aio.AioRpcError:
-                return False  # no worker routable yet, or a cold refusal: asked again
+            except grpc.aio.AioRpcError as err:
+                # no worker routable yet, or a cold refusal: asked again
+                outcomes[f"{err.code().name}: {err.details()}"[:160]] += 1
+                return False
             r = msgs[0].resolved
+            outcomes[f"{r.adapter.version} degraded={r.degraded_to_base} tier="
+                     f"{common_pb2.Tier.Name(r.tier_at_arrival)}"] += 1
             return r.adapter.version == version and not r.degraded_to_base
 
-        await eventually(hot, timeout_s=90, every_s=0.5)
+        try:
+            await eventually(hot, timeout_s=90, every_s=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{name}@{version} never answered HOT; requests got "
+                                 f"{dict(outcomes)}\n{managers_said(c)}") from None
+
+
+def managers_said(c: Canaries, lines: int = 60) -> str:
+    """The log tail of every running cache manager (what explains a wait that timed out)."""
+    return "\n".join(f"--- {m.log.name} (running)\n"
+                     + "\n".join(m.log.read_text(errors="replace").splitlines()[-lines:])
+                     for m in c.launcher.started if m.proc.poll() is None)
 
 
 async def canary_ended(c: Canaries, name: str, timeout_s: float) -> Any:
@@ -309,10 +326,7 @@ async def canary_ended(c: Canaries, name: str, timeout_s: float) -> Any:
     except AssertionError as exc:
         status = (await run_cli(c.cli_env, "canary", "status", f"{c.tenant}/{name}", "--json",
                                 ok=False)).stdout
-        logs = "\n".join(f"--- {m.log.name} (running)\n"
-                         + "\n".join(m.log.read_text(errors="replace").splitlines()[-60:])
-                         for m in c.launcher.started if m.proc.poll() is None)
-        raise AssertionError(f"{exc}\ncanary status: {status}\n{logs}") from None
+        raise AssertionError(f"{exc}\ncanary status: {status}\n{managers_said(c)}") from None
 
 
 async def test_b_canary_whose_artifact_disappeared_is_aborted_and_stable_serves(
