@@ -10,7 +10,8 @@ the ``canary.golden_sets`` entry as YAML, or with ``--rules FILE`` writes it int
 rules file (validated as the cache manager validates it at start; every other key kept).
 
 Connection as ``loraplane generate``: ``LORAPLANE_GATEWAY_GRPC``, ``LORAPLANE_API_KEY``
-(else ``LORAPLANE_DEMO_API_KEY``), ``LORAPLANE_GATEWAY_CA_FILE``. Bad input is refused
+(else ``LORAPLANE_DEMO_API_KEY``), ``LORAPLANE_GATEWAY_CA_FILE`` (TLS trusting that CA,
+as demo.env says when the stack's edge TLS is on). Bad input is refused
 before any request, naming the problem (exit 2); a recording that cannot be trusted
 (answered by the canary or the base model, the gateway refusing) exits 1.
 """
@@ -133,11 +134,12 @@ def merge_into_rules(rules: dict[str, Any], adapter: str, entries: list[dict[str
     return out
 
 
-def _grpc_ask(gateway: str, key: str, ca_file: str, timeout_s: float,
+def _grpc_ask(gateway: str, key: str, ca: bytes | None, timeout_s: float,
               name: str) -> tuple[Ask, grpc.Channel]:
-    """An :data:`Ask` for adapter ``name`` over the gateway's ``Inference.Generate``."""
-    channel = (grpc.secure_channel(gateway, grpc.ssl_channel_credentials(
-        Path(ca_file).read_bytes())) if ca_file else grpc.insecure_channel(gateway))
+    """An :data:`Ask` for adapter ``name`` over the gateway's ``Inference.Generate``: TLS
+    trusting ``ca`` (PEM) when given, plaintext otherwise."""
+    channel = (grpc.secure_channel(gateway, grpc.ssl_channel_credentials(ca))
+               if ca is not None else grpc.insecure_channel(gateway))
     stub = inference_pb2_grpc.InferenceStub(channel)
     metadata = (("authorization", f"Bearer {key}"),)
 
@@ -197,13 +199,20 @@ def record_cmd(
     problems = input_problems(adapter, prompts, max_tokens)
     if not gateway:
         problems.append("no gateway address: set LORAPLANE_GATEWAY_GRPC or --gateway")
+    ca_file = os.environ.get("LORAPLANE_GATEWAY_CA_FILE", "")
+    ca: bytes | None = None
+    if ca_file:
+        try:
+            ca = Path(ca_file).read_bytes()
+        except OSError as exc:
+            problems.append(f"LORAPLANE_GATEWAY_CA_FILE={ca_file}: {exc.strerror}")
     if problems:
         for p in problems:
             typer.echo(f"error: {p}", err=True)
         raise typer.Exit(2)
     assert gateway is not None
-    ask, channel = _grpc_ask(gateway, _api_key(api_key), os.environ.get(
-        "LORAPLANE_GATEWAY_CA_FILE", ""), timeout_s, adapter.partition("/")[2])
+    ask, channel = _grpc_ask(gateway, _api_key(api_key), ca, timeout_s,
+                             adapter.partition("/")[2])
     try:
         with channel:
             entries = record(adapter, prompts, max_tokens, ask)

@@ -20,6 +20,7 @@ from loraplane.cli.golden import (
     record,
 )
 from loraplane.cli.main import app
+from loraplane.stack.certs import ensure_dev_pki
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
 
@@ -145,3 +146,31 @@ def test_cli_records_into_the_rules_file(gateway: str, tmp_path: Path) -> None:
     assert code == 0 and yaml.safe_load(out) == {"canary": {
         "golden_max_tokens": 6, "golden_sets": {"acme/code": [
             {"prompt": "Hello", "expect": "oll!"}]}}}
+
+
+def test_cli_records_over_tls_trusting_the_gateway_ca(tmp_path: Path) -> None:
+    # what demo.env says when the stack's edge TLS is on (the make run default)
+    pki = ensure_dev_pki(tmp_path / "pki")["gateway"]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    inference_pb2_grpc.add_InferenceServicer_to_server(_Gateway(), server)
+    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
+        [(pki.key.read_bytes(), pki.cert.read_bytes())]))
+    server.start()
+    try:
+        env = {"LORAPLANE_GATEWAY_GRPC": f"127.0.0.1:{port}", "LORAPLANE_API_KEY": "k",
+               "LORAPLANE_GATEWAY_CA_FILE": str(pki.ca)}
+        code, out = run("acme/code", "-p", "Hello", "--max-tokens", "6", env=env)
+        assert code == 0, out
+        assert yaml.safe_load(out)["canary"]["golden_sets"]["acme/code"] == [
+            {"prompt": "Hello", "expect": "oll!"}]
+        # without the CA the TLS port refuses the plaintext channel
+        code, out = run("acme/code", "-p", "Hello", "--max-tokens", "6", "--timeout", "3",
+                        env={**env, "LORAPLANE_GATEWAY_CA_FILE": ""})
+        assert code == 1 and "UNAVAILABLE" in out, out
+        # an unreadable CA file is named before any request
+        missing = tmp_path / "missing.pem"
+        code, out = run("acme/code", "-p", "Hello",
+                        env={**env, "LORAPLANE_GATEWAY_CA_FILE": str(missing)})
+        assert code == 2 and f"LORAPLANE_GATEWAY_CA_FILE={missing}" in out, out
+    finally:
+        server.stop(0)
