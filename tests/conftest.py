@@ -21,7 +21,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # A shell that sourced make run's demo.env carries the operator's certificate: in-process
 # services of a test would serve mutual TLS with it. Tests that want TLS set it themselves.
-for _name in ("LORAPLANE_TLS_CA_FILE", "LORAPLANE_TLS_CERT_FILE", "LORAPLANE_TLS_KEY_FILE"):
+# It names the make run gateway's CA too: the CLI under test would dial a test's plaintext
+# gateway over TLS.
+for _name in ("LORAPLANE_TLS_CA_FILE", "LORAPLANE_TLS_CERT_FILE", "LORAPLANE_TLS_KEY_FILE",
+              "LORAPLANE_GATEWAY_CA_FILE"):
     os.environ.pop(_name, None)
 
 

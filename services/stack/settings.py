@@ -108,12 +108,16 @@ class StackSettings(BaseSettings):
     turns it on there. Every client of the stack's S3 takes its settings from
     :meth:`s3_connection` (:meth:`s3_client`, :meth:`s3_settings`, :meth:`s3_env`,
     :meth:`client_env`), so the tests run either way."""
-    edge_tls: bool = False
-    """TLS at the edge too: the gateway serves its public gRPC and HTTP ports with its dev
-    certificate, and demo.env says ``https://`` and names the CA
-    (``LORAPLANE_GATEWAY_CA_FILE``, which ``loraplane generate`` trusts; ``curl --cacert``).
-    Off by default: ``make stress``, ``make bench-isolation`` and the examples speak
-    plaintext to the gateway. ``LORAPLANE_STACK_EDGE_TLS=true`` turns it on (needs ``tls``)."""
+    edge_tls: bool | None = None
+    """TLS at the edge too: the gateway serves its public gRPC and HTTP ports with the dev
+    CA's ``gateway`` certificate (no client certificate: tenants keep their API keys), and
+    demo.env says ``https://`` and names the CA in ``LORAPLANE_GATEWAY_CA_FILE``, which
+    every client of the gateway trusts (``loraplane generate``, ``loraplane golden record``,
+    ``make stress``'s load; ``curl --cacert``, ``grpcurl -cacert``). Default: as ``tls`` in
+    the ``run`` profile (``make run``, ``make stress``), off in ``test`` (the test session's
+    in-process gateways and their plaintext clients), like ``s3_tls``.
+    ``LORAPLANE_STACK_EDGE_TLS=false`` serves plaintext at the edge (demo.env then says
+    ``http://`` and names no CA); ``=true`` turns it on in ``test`` too (needs ``tls``)."""
 
     demo_env_file: Path | None = None
     """Where ``make run`` writes the demo environment; default ``.loraplane/demo.env``."""
@@ -151,6 +155,11 @@ class StackSettings(BaseSettings):
             self.s3_tls = self.tls and self.profile == "run"
         if self.s3_tls and not self.tls:
             raise ValueError("s3_tls needs tls (the certificates come from the stack's dev CA)")
+        if self.edge_tls is None:
+            self.edge_tls = self.tls and self.profile == "run"
+        if self.edge_tls and not self.tls:
+            raise ValueError("edge_tls needs tls (the gateway's certificate comes from the "
+                             "stack's dev CA)")
         if self.port_base is None:
             self.port_base = PORT_BASES[self.profile]
         for name, offset in PORT_OFFSETS.items():

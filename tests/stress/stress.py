@@ -21,6 +21,10 @@ load, and checks its invariants itself:
 * ``recovered``: after a fault, the component is back (the supervisor restarted it) and
   the platform serves again within the bound.
 
+The load speaks to the gateway as a tenant would after sourcing demo.env: over TLS
+trusting ``LORAPLANE_GATEWAY_CA_FILE`` (the stack's edge TLS, on by default), plaintext
+only with ``LORAPLANE_STACK_EDGE_TLS=false``.
+
 Prints a table and writes ``.loraplane/bench/stress.json``; exits 1 when an invariant is
 false. ``--only a,b`` runs some scenarios (after the setup).
 """
@@ -214,7 +218,15 @@ long after a restarted gateway served)."""
 
 
 def gateway_channel(p: Platform) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(p.gateway_addr, options=CLIENT_CHANNEL_OPTIONS)
+    """The load's channel to the public gRPC port: TLS trusting the CA demo.env names
+    (``LORAPLANE_GATEWAY_CA_FILE``: the stack's edge TLS, on by default in the ``run``
+    profile), plaintext only when it names none (``LORAPLANE_STACK_EDGE_TLS=false``)."""
+    ca_file = p.env.get("LORAPLANE_GATEWAY_CA_FILE", "")
+    if not ca_file:
+        return grpc.aio.insecure_channel(p.gateway_addr, options=CLIENT_CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(
+        p.gateway_addr, grpc.ssl_channel_credentials(Path(ca_file).read_bytes()),
+        options=CLIENT_CHANNEL_OPTIONS)
 
 
 Pick = Callable[[random.Random], tuple[str, str, int]]
@@ -728,6 +740,9 @@ async def setup(settings: StackSettings, work: Path) -> Platform:
     values = dict(manifest["values"])
     values.update(await asyncio.to_thread(seed_platform, manifest["demo"], sup.env, sup.echo))
     env = sup.demo_env(values)
+    log(f"gateway edge {env['LORAPLANE_GATEWAY_GRPC']}: "
+        + (f"TLS, trusting {env['LORAPLANE_GATEWAY_CA_FILE']}"
+           if env.get("LORAPLANE_GATEWAY_CA_FILE") else "plaintext"))
     threading.Thread(target=sup.watch, daemon=True, name="supervisor-watch").start()
 
     refs: dict[Key, tuple[int, ...]] = {}

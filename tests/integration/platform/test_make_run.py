@@ -1,6 +1,8 @@
-"""`loraplane run` (what `make run` calls): healthy status, demo.env, a crashed worker
-restarted by the supervisor while the other one serves, a SIGKILLed gateway process while
-the other one serves the shared ports (then restarted), and a clean Ctrl-C.
+"""`loraplane run` (what `make run` calls): healthy status, demo.env, TLS at the edge by
+default (the public gRPC and HTTP ports refuse plaintext and serve TLS with the dev CA that
+demo.env names; `loraplane generate` trusts it), a crashed worker restarted by the
+supervisor while the other one serves, a SIGKILLed gateway process while the other one
+serves the shared ports (then restarted), and a clean Ctrl-C.
 
 The supervisor runs on its own port block and data directory so that it neither
 collides with the session's test stack nor with a developer's `make run`.
@@ -10,17 +12,22 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import grpc
 import httpx
+import openai
+import pytest
 
 from loraplane.stack.components import port_in_use
 from loraplane.stack.services import existing_services
 from loraplane.stack.settings import PORT_OFFSETS, StackSettings
 from loraplane.stack.supervisor import ServiceProcess, service_env, service_processes
+from loraplane.v1 import inference_pb2, inference_pb2_grpc
 from tests.support.ports import side_port_base
 
 REQUIRED_ENV = [
@@ -34,9 +41,16 @@ def _cli() -> str:
     return str(Path(sys.executable).parent / "loraplane")
 
 
+def _verify(values: dict[str, str]) -> ssl.SSLContext | bool:
+    """What an HTTP client of the gateway trusts: the CA demo.env names (edge TLS)."""
+    ca = values.get("LORAPLANE_GATEWAY_CA_FILE")
+    return ssl.create_default_context(cafile=ca) if ca else True
+
+
 def _completion_codes(values: dict[str, str], n: int, *, fresh: bool = False) -> list[int]:
     """Status codes of ``n`` two-token completions of the first demo adapter over the public
-    HTTP port, on one connection, or each on a connection of its own when ``fresh``."""
+    HTTP port (HTTPS trusting demo.env's CA), on one connection, or each on a connection of
+    its own when ``fresh``."""
     url = f"{values['LORAPLANE_GATEWAY_HTTP']}/v1/completions"
     auth = {"Authorization": f"Bearer {values['LORAPLANE_DEMO_API_KEY']}"}
     body = {"model": values["LORAPLANE_DEMO_ADAPTERS"].split(",")[0], "prompt": "Hi",
@@ -44,7 +58,7 @@ def _completion_codes(values: dict[str, str], n: int, *, fresh: bool = False) ->
     per_client = 1 if fresh else n  # a client's connection serves its requests
     codes: list[int] = []
     for _ in range(n // per_client):
-        with httpx.Client(timeout=60) as client:
+        with httpx.Client(timeout=60, verify=_verify(values)) as client:
             codes.extend(client.post(url, headers=auth, json=body).status_code
                          for _ in range(per_client))
     return codes
@@ -64,9 +78,51 @@ def _restarted(env: dict[str, str], proc: ServiceProcess, old_pid: int, within_s
         time.sleep(2)
 
 
+def _edge_serves_tls_only(env: dict[str, str], values: dict[str, str]) -> None:
+    """The public gRPC and HTTP ports serve TLS with the dev CA demo.env names and refuse
+    plaintext (and a client that does not trust that CA)."""
+    grpc_addr, https = values["LORAPLANE_GATEWAY_GRPC"], values["LORAPLANE_GATEWAY_HTTP"]
+    ca = values.get("LORAPLANE_GATEWAY_CA_FILE", "")
+    assert https.startswith("https://") and ca, (https, ca)  # on by default in make run
+    assert Path(ca) == Path(env["LORAPLANE_STACK_DATA_DIR"]) / "pki" / "ca.pem"
+    adapter = values["LORAPLANE_DEMO_ADAPTERS"].split(",")[0]
+
+    # gRPC: loraplane generate, with demo.env's variables, trusts the CA and is answered
+    cli_env = {**env, **values}
+    gen = subprocess.run([_cli(), "generate", "--adapter", adapter, "--prompt", "Hi",
+                          "--max-tokens", "2", "--class", "background", "--timeout", "60"],
+                         env=cli_env, capture_output=True, text=True, timeout=90, check=False)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    assert f"[{values['LORAPLANE_DEMO_TENANT']}/" in gen.stderr, gen.stderr  # resolved
+    assert "output tokens" in gen.stderr, gen.stderr
+    # plaintext gRPC, or TLS trusting only the system roots, is refused
+    req = inference_pb2.GenerateRequest(adapter=adapter, prompt="Hi", max_tokens=2)
+    auth = (("authorization", f"Bearer {values['LORAPLANE_DEMO_API_KEY']}"),)
+    for channel in (grpc.insecure_channel(grpc_addr),
+                    grpc.secure_channel(grpc_addr, grpc.ssl_channel_credentials())):
+        with channel, pytest.raises(grpc.RpcError) as err:
+            list(inference_pb2_grpc.InferenceStub(channel).Generate(req, metadata=auth,
+                                                                    timeout=10))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value
+
+    # HTTP: HTTPS trusting the CA answers; plaintext and an untrusting client are refused
+    assert _completion_codes(values, 2) == [200, 200]
+    with httpx.Client(verify=_verify(values)) as http:  # the README's openai snippet
+        client = openai.OpenAI(base_url=f"{https}/v1", api_key=values["LORAPLANE_DEMO_API_KEY"],
+                               http_client=http, timeout=60, max_retries=0)
+        assert client.completions.create(model=adapter, prompt="Hi", max_tokens=2).choices
+    plain = "http://" + https.removeprefix("https://")
+    with httpx.Client(timeout=10) as client:
+        with pytest.raises(httpx.HTTPError):
+            client.get(f"{plain}/v1/models", headers=dict(auth))
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            client.get(f"{https}/v1/models", headers=dict(auth))
+
+
 def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
     base = side_port_base(7)  # the session's base + 840: a run on another base has its own
     env = dict(os.environ)
+    env.pop("LORAPLANE_STACK_EDGE_TLS", None)  # the default: on with tls in make run
     env.update(
         LORAPLANE_STACK_PORT_BASE=str(base),
         LORAPLANE_STACK_DATA_DIR=str(tmp_path / "stack"),
@@ -109,6 +165,7 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
         missing = [k for k in REQUIRED_ENV if not values.get(k)]
         assert not missing, f"demo.env lacks {missing}"
         assert Path(values["LORAPLANE_BASE_MODEL_DIR"]).is_dir()
+        _edge_serves_tls_only(env, values)
 
         # a worker crashes: the other keeps answering, the supervisor brings it back
         victim = next(p for p in procs if p.name == "svc-worker-1")

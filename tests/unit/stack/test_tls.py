@@ -295,11 +295,14 @@ async def test_rotation_without_restart_and_the_expiry_gauge(tmp_path: Path) -> 
         await server.stop(0)  # type: ignore[attr-defined]
 
 
-def test_the_stack_gives_each_service_its_own_identity(tmp_path: Path) -> None:
+def test_the_stack_gives_each_service_its_own_identity(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from loraplane.stack.services import SERVICES
     from loraplane.stack.settings import StackSettings
     from loraplane.stack.supervisor import Supervisor, replica_env, service_env
 
+    for var in ("LORAPLANE_STACK_TLS", "LORAPLANE_STACK_EDGE_TLS"):  # the defaults
+        monkeypatch.delenv(var, raising=False)
     s = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack")
     shared = service_env(s)  # what the CLI, the seed and demo.env get: the operator
     assert shared["LORAPLANE_TLS_CERT_FILE"].endswith("/pki/operator.pem")
@@ -308,22 +311,46 @@ def test_the_stack_gives_each_service_its_own_identity(tmp_path: Path) -> None:
             env = replica_env(s, spec, replica)
             assert env["LORAPLANE_TLS_CERT_FILE"] == str(s.root / "pki" / f"{spec.name}.pem")
             assert env["LORAPLANE_TLS_KEY_FILE"] == str(s.root / "pki" / f"{spec.name}.key")
-            assert "LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE" not in env
-    assert Supervisor(s).demo_env({})["LORAPLANE_GATEWAY_HTTP"].startswith("http://")
+            if spec.name != "gateway":
+                assert "LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE" not in env
 
-    edge = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack",
-                         edge_tls=True)
+    # edge TLS: on by default in the run profile with tls (make run, make stress)
+    assert s.edge_tls is True
     gateway = next(spec for spec in SERVICES if spec.name == "gateway")
-    assert replica_env(edge, gateway, 0)["LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE"] == str(
-        edge.root / "pki" / "gateway.pem")
-    demo = Supervisor(edge).demo_env({})
+    for replica in range(gateway.replicas(s)):  # every process on the shared public ports
+        env = replica_env(s, gateway, replica)
+        assert env["LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE"] == str(s.root / "pki" / "gateway.pem")
+        assert env["LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE"] == str(s.root / "pki" / "gateway.key")
+    demo = Supervisor(s).demo_env({})
     assert demo["LORAPLANE_GATEWAY_HTTP"].startswith("https://")
-    assert demo["LORAPLANE_GATEWAY_CA_FILE"] == str(edge.root / "pki" / "ca.pem")
+    assert demo["LORAPLANE_GATEWAY_CA_FILE"] == str(s.root / "pki" / "ca.pem")
+
+    # turned off: plaintext at the edge, demo.env names no CA
+    monkeypatch.setenv("LORAPLANE_STACK_EDGE_TLS", "false")
+    plain = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack")
+    monkeypatch.delenv("LORAPLANE_STACK_EDGE_TLS")
+    assert plain.tls and plain.edge_tls is False
+    assert "LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE" not in replica_env(plain, gateway, 0)
+    demo = Supervisor(plain).demo_env({})
+    assert demo["LORAPLANE_GATEWAY_HTTP"].startswith("http://")
+    assert "LORAPLANE_GATEWAY_CA_FILE" not in demo
+
+    # the test profile keeps a plaintext edge unless asked
+    test = StackSettings(profile="test", port_base=34100, data_dir=tmp_path / "stack")
+    assert test.tls and test.edge_tls is False
+    assert "LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE" not in replica_env(test, gateway, 0)
+    assert StackSettings(profile="test", port_base=34100, data_dir=tmp_path / "stack",
+                         edge_tls=True).edge_tls is True
 
     off = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack", tls=False)
+    assert off.edge_tls is False
     assert not any(k.startswith("LORAPLANE_TLS_") for k in service_env(off))
-    assert not any(k.startswith("LORAPLANE_TLS_")
+    assert not any(k.startswith(("LORAPLANE_TLS_", "LORAPLANE_GATEWAY_EDGE_TLS"))
                    for spec in SERVICES for k in replica_env(off, spec, 0))
+    assert "LORAPLANE_GATEWAY_CA_FILE" not in Supervisor(off).demo_env({})
+    with pytest.raises(ValueError, match="edge_tls needs tls"):
+        StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack", tls=False,
+                      edge_tls=True)
 
 
 async def test_no_key_or_token_in_metrics_or_logs(
