@@ -305,7 +305,8 @@ class Supervisor:
         timings = self.stack.up(echo=True)
         if self.s.tls:
             ensure_dev_pki(pki_dir(self.s))
-            self.echo(f"  dev CA      {pki_dir(self.s)} (mutual TLS on the internal APIs)")
+            edge = ", TLS at the gateway's public ports" if self.s.edge_tls else ""
+            self.echo(f"  dev CA      {pki_dir(self.s)} (mutual TLS on the internal APIs{edge})")
         from loraplane.shared.migrations import migrate_up
 
         migrate_up(self.s.postgres_dsn)
@@ -473,6 +474,9 @@ def run_foreground(
         write_env_file(env_file, sup.demo_env(seeded))
         sup.echo(f"platform up in {timings['total']:.1f}s; wrote {env_file}")
         sup.echo("  point clients at it:  set -a; . .loraplane/demo.env; set +a")
+        if sup.s.edge_tls:
+            sup.echo('  gateway edge:         TLS, trust the dev CA: curl --cacert '
+                     '"$LORAPLANE_GATEWAY_CA_FILE", grpcurl -cacert (loraplane generate does)')
         page = placement_page(sup.s, sup.env)
         if page is not None:
             sup.echo(f"  placement page:       {page}")
