@@ -8,8 +8,12 @@ staged at 0 % with the ``loraplane`` CLI; the cache manager prefetches it to bot
 (every worker serving the base model is a target) and its analysis sets the first share
 through the registry (audited) once both workers have reported it.
 
-What is asserted, from the workers' own ``GetState``: each worker held the canary (WARM or
-HOT) in an answer read while the registry still had the share at 0 %; the share step is the
+What is asserted: each worker's host tier had verified and placed the canary's bytes
+before the share step was taken (its ``verified_at`` against the audited step's time; a
+poll of the workers' ``GetState`` while the share was 0 % could miss a short interval
+between a worker's report and the step at load, as the fresh-clone run of 2026-12-04
+22:50 UTC did: one of two workers unseen), and each holds it (WARM or HOT) in its own
+``GetState``; the share step is the
 analysis' ``prewarmed`` advance naming both workers; after the share, requests the gateway
 routes to the canary arrive HOT or WARM, and no worker reads another byte of it from the
 object store. Prints, as ``[measure]``, stage → WARM on each worker → share set.
@@ -24,6 +28,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +143,15 @@ def held(state: events_pb2.WorkerState, version: str) -> events_pb2.AdapterPlace
     return None
 
 
+def verified_at(w: WorkerApp, version: str) -> datetime | None:
+    """When worker ``w``'s host tier verified and placed ``version``'s bytes (its WARM
+    time; a later HOT load keeps it), from the in-process worker; None if it holds none."""
+    for pl in w.manager.placements.values():
+        if pl.spec.adapter_name == NAME and pl.spec.version == version:
+            return pl.host.verified_at
+    return None
+
+
 async def share(p: Platform) -> int:
     conn = await asyncpg.connect(p.dsn)
     try:
@@ -219,37 +233,28 @@ async def test_canary_is_warm_on_every_target_worker_before_its_share_is_set(
         await run_cli(
             p.cli_env, "canary", f"{p.tenant}/{NAME}", V2, "0", "--reason", "prewarm test"
         )
-        seen_at_zero: dict[str, tuple[float, int]] = {}
-        """Worker → (seconds after staging, tier) of its first answer holding the canary
-        that was read while the registry still said 0 %."""
         share_at = 0.0
         while time.monotonic() - t0 < SHARE_BOUND_S:
-            states = await worker_states(p)  # read first ...
-            percent = await share(p)  # ... then the share: a 0 here was 0 when they answered
-            if percent == 0:
-                for wid, st in states.items():
-                    pl = held(st, V2)
-                    if pl is not None and wid not in seen_at_zero:
-                        seen_at_zero[wid] = (time.monotonic() - t0, pl.tier)
-            else:
+            percent = await share(p)
+            if percent != 0:
                 share_at = time.monotonic() - t0
                 assert percent == START_PERCENT
                 break
             await asyncio.sleep(0.1)
-        assert share_at > 0, f"no share within {SHARE_BOUND_S}s; held at 0 %: {seen_at_zero}"
+        assert share_at > 0, f"no share within {SHARE_BOUND_S}s"
         wids = sorted(w.settings.worker_id for w in p.workers)
-        assert sorted(seen_at_zero) == wids, seen_at_zero
-        assert {tier for _, tier in seen_at_zero.values()} <= {
-            common_pb2.TIER_WARM,
-            common_pb2.TIER_HOT,
-        }
+        # each worker holds it now, in its own GetState (WARM, or HOT once asked for)
+        states = await worker_states(p)
+        tiers = {wid: held(st, V2).tier if held(st, V2) is not None else None
+                 for wid, st in states.items()}
+        assert set(tiers.values()) <= {common_pb2.TIER_WARM, common_pb2.TIER_HOT}, tiers
 
         # the share step is the analysis' own, taken on both workers' reports
         conn = await asyncpg.connect(p.dsn)
         try:
             rows = await conn.fetch(
                 # the share steps (not the clearance for tenant traffic, release.canary_clear)
-                "SELECT action, after FROM audit_log WHERE actor = $1 AND subject = $2 "
+                "SELECT action, after, at FROM audit_log WHERE actor = $1 AND subject = $2 "
                 "AND action <> 'release.canary_clear' ORDER BY id",
                 ACTOR,
                 f"{p.tenant}/{NAME}",
@@ -265,6 +270,15 @@ async def test_canary_is_warm_on_every_target_worker_before_its_share_is_set(
             for s in steps
         ] == [("advance", "prewarmed", 0, START_PERCENT)], steps
         assert sorted(steps[0]["checks"]["prewarm"]["ready"]) == wids
+        # ... and each worker had verified the bytes before that step was taken: the time
+        # its host tier placed them (kept through a later HOT load), against the audited
+        # step's (the registry's transaction, after the analysis decided)
+        share_step_at = rows[0]["at"]
+        warm_at = {w.settings.worker_id: verified_at(w, V2) for w in p.workers}
+        assert all(t is not None and t <= share_step_at for t in warm_at.values()), (
+            share_step_at, warm_at)
+        before_s = {wid: (share_step_at - t).total_seconds() for wid, t in warm_at.items()
+                    if t is not None}
 
         # the first requests routed to the canary find it on the worker: no download
         before = {w.settings.worker_id: downloaded(p, w, V2) for w in p.workers}
@@ -288,12 +302,11 @@ async def test_canary_is_warm_on_every_target_worker_before_its_share_is_set(
         ), canary_hits
         after_bytes = {w.settings.worker_id: downloaded(p, w, V2) for w in p.workers}
         assert after_bytes == before, (before, after_bytes)
-    warm = ", ".join(
-        f"{w} {s:.1f}s ({common_pb2.Tier.Name(t)})" for w, (s, t) in sorted(seen_at_zero.items())
-    )
+    warm = ", ".join(f"{w} {s:.2f}s" for w, s in sorted(before_s.items()))
     print(
-        f"[measure] canary prewarm: staged → held on {warm} → share {START_PERCENT} % at "
-        f"{share_at:.1f}s; {len(canary_hits)} canary requests, tiers "
+        f"[measure] canary prewarm: staged → share {START_PERCENT} % at {share_at:.1f}s, "
+        f"verified on each worker before the share step by {warm}; "
+        f"{len(canary_hits)} canary requests, tiers "
         f"{[common_pb2.Tier.Name(r.tier_at_arrival) for r in canary_hits]}, 0 bytes "
         "downloaded after the share"
     )
