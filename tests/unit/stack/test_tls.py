@@ -301,7 +301,7 @@ def test_the_stack_gives_each_service_its_own_identity(
     from loraplane.stack.settings import StackSettings
     from loraplane.stack.supervisor import Supervisor, replica_env, service_env
 
-    for var in ("LORAPLANE_STACK_TLS", "LORAPLANE_STACK_EDGE_TLS"):  # the defaults
+    for var in ("LORAPLANE_STACK_TLS", "LORAPLANE_STACK_S3_TLS", "LORAPLANE_STACK_EDGE_TLS"):
         monkeypatch.delenv(var, raising=False)
     s = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack")
     shared = service_env(s)  # what the CLI, the seed and demo.env get: the operator
