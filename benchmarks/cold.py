@@ -4,8 +4,9 @@ object-store GET + sha256 of the same bytes, measured in one run.
 ``python -m benchmarks.cold`` (what ``make bench-cold`` runs):
 
 1. starts a private SeaweedFS (S3) for the run, unless ``--s3-endpoint`` points at one;
-   plaintext as the test profile's S3 by default (``StackSettings.s3_tls``;
-   ``LORAPLANE_STACK_S3_TLS=true``: HTTPS with the stack's dev CA, raw and pipeline both);
+   over HTTPS with the stack's dev CA, as the stack's S3 by default (``StackSettings.s3_tls``,
+   raw and pipeline both; ``LORAPLANE_STACK_S3_TLS=false``: plaintext, the transport of
+   the figures measured before 2026-12-04);
 2. builds (once, cached under ``.loraplane/bench/cold``) a wider Llama base model
    (hidden 512, 16 layers) and signed PEFT LoRA adapters on every linear projection whose
    rank is chosen to hit each size (1-100 MB: rank 2-200; the engine runs with

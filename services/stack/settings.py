@@ -101,13 +101,12 @@ class StackSettings(BaseSettings):
     s3_tls: bool | None = None
     """SeaweedFS's S3 port speaks HTTPS only (the dev CA's ``seaweedfs`` certificate; Tansu
     reaches its storage over it) and :meth:`client_env` says ``LORAPLANE_S3_SECURE`` /
-    ``LORAPLANE_S3_CA_FILE``. Default: as ``tls`` in the ``run`` profile (``make run``,
-    ``make stress``), off in ``test`` (the test session, ``bench-cold``'s private store):
-    with it on, the canary tests of ``platform/test_canary_analysis.py`` ran 3-8 times
-    longer and missed their bounds (README, "Security"); ``LORAPLANE_STACK_S3_TLS=true``
-    turns it on there. Every client of the stack's S3 takes its settings from
-    :meth:`s3_connection` (:meth:`s3_client`, :meth:`s3_settings`, :meth:`s3_env`,
-    :meth:`client_env`), so the tests run either way."""
+    ``LORAPLANE_S3_CA_FILE``. Default: as ``tls``, in every profile (``make run``,
+    ``make stress``, the test session, ``bench-cold``'s private store);
+    ``LORAPLANE_STACK_S3_TLS=false`` keeps S3 plaintext beside TLS elsewhere. Every client
+    of the stack's S3 takes its settings from :meth:`s3_connection` (:meth:`s3_client`,
+    :meth:`s3_settings`, :meth:`s3_env`, :meth:`client_env`), so the tests run either
+    way."""
     edge_tls: bool | None = None
     """TLS at the edge too: the gateway serves its public gRPC and HTTP ports with the dev
     CA's ``gateway`` certificate (no client certificate: tenants keep their API keys), and
@@ -152,7 +151,7 @@ class StackSettings(BaseSettings):
     @model_validator(mode="after")
     def _derive(self) -> StackSettings:
         if self.s3_tls is None:
-            self.s3_tls = self.tls and self.profile == "run"
+            self.s3_tls = self.tls
         if self.s3_tls and not self.tls:
             raise ValueError("s3_tls needs tls (the certificates come from the stack's dev CA)")
         if self.edge_tls is None:

@@ -4,8 +4,8 @@ in an HTTPS-only S3 gateway.
 
 PostgreSQL is the session's stack (``tls`` on: ``hostssl`` only). The S3 case starts a
 SeaweedFS and a Tansu of its own (``s3_tls`` on, ports 600 above the session's base), so
-that it checks HTTPS also in a session whose S3 is plaintext (``StackSettings.s3_tls``: on
-with ``tls`` in the ``run`` profile, off by default in ``test``).
+that it checks HTTPS whatever the session's S3 speaks (``StackSettings.s3_tls``: on with
+``tls`` by default; ``LORAPLANE_STACK_S3_TLS=false`` makes the session's plaintext).
 """
 
 from __future__ import annotations

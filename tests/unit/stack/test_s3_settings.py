@@ -17,9 +17,10 @@ def _no_stack_tls_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LORAPLANE_STACK_S3_TLS", raising=False)
 
 
-def test_s3_tls_defaults_on_with_tls_in_the_run_profile_only(tmp_path: Path) -> None:
+def test_s3_tls_defaults_on_with_tls_in_every_profile(tmp_path: Path) -> None:
     assert StackSettings(profile="run", data_dir=tmp_path).s3_tls is True
-    assert StackSettings(profile="test", data_dir=tmp_path).s3_tls is False
+    assert StackSettings(profile="test", data_dir=tmp_path).s3_tls is True
+    assert StackSettings(profile="test", data_dir=tmp_path, tls=False).s3_tls is False
 
 
 @pytest.mark.parametrize("profile", ["run", "test"])
