@@ -114,7 +114,7 @@ class StackSettings(BaseSettings):
     every client of the gateway trusts (``loraplane generate``, ``loraplane golden record``,
     ``make stress``'s load; ``curl --cacert``, ``grpcurl -cacert``). Default: as ``tls`` in
     the ``run`` profile (``make run``, ``make stress``), off in ``test`` (the test session's
-    in-process gateways and their plaintext clients), like ``s3_tls``.
+    in-process gateways and their plaintext clients).
     ``LORAPLANE_STACK_EDGE_TLS=false`` serves plaintext at the edge (demo.env then says
     ``http://`` and names no CA); ``=true`` turns it on in ``test`` too (needs ``tls``)."""
 
