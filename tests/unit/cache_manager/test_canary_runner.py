@@ -390,6 +390,19 @@ async def test_fleet_wide_failures_roll_nothing_back_and_a_moved_pointer_is_left
 # --------------------------------------------------------------------------- clearance
 
 
+async def uncleared_canary() -> tuple[FakeRegistry, CanaryRunner, State]:
+    """A started runner over a 20 % canary not cleared for tenant traffic yet, whose golden
+    set is pending until a run of it is in the window."""
+    reg, store = FakeRegistry(percent=20), MemStore()
+    reg.uncleared.add(ADAPTER)
+    store.reg = reg
+    runner, state = make(reg, store)
+    state.versions[CANARY] = _record(CANARY)
+    runner.golden_pending = lambda vid, w=runner.window: not w.golden_seen(vid)
+    await runner.start()
+    return reg, runner, state
+
+
 async def test_a_canary_is_cleared_for_tenant_traffic_only_once_its_golden_set_passed() -> None:
     reg, store = FakeRegistry(percent=20), MemStore()
     reg.uncleared.add(ADAPTER)
@@ -416,13 +429,7 @@ async def test_a_golden_set_that_passed_after_the_ticks_clock_read_clears_it_as_
     than the tick's ``now`` (and one older than the window still passed): the clearance
     names the pass, never ``no_golden_set`` (the CI's (d) case once read it so, at load)."""
     for finished_at in (T0 + 2.5, T0 + 2 - 10_000.0):
-        reg, store = FakeRegistry(percent=20), MemStore()
-        reg.uncleared.add(ADAPTER)
-        store.reg = reg
-        runner, state = make(reg, store)
-        state.versions[CANARY] = _record(CANARY)
-        runner.golden_pending = lambda vid, w=runner.window: not w.golden_seen(vid)
-        await runner.start()
+        reg, runner, state = await uncleared_canary()
         await runner.tick(state, T0)
         assert reg.calls == []
         runner.window.golden(CANARY, finished_at, ok=1, failed=0)
@@ -433,13 +440,7 @@ async def test_a_golden_set_that_passed_after_the_ticks_clock_read_clears_it_as_
 
 
 async def test_a_canary_failing_its_golden_set_is_aborted_never_cleared() -> None:
-    reg, store = FakeRegistry(percent=20), MemStore()
-    reg.uncleared.add(ADAPTER)
-    store.reg = reg
-    runner, state = make(reg, store)
-    state.versions[CANARY] = _record(CANARY)
-    runner.golden_pending = lambda vid: not runner.window.golden_seen(vid)
-    await runner.start()
+    reg, runner, state = await uncleared_canary()
     await runner.tick(state, T0)  # the stage starts; golden pending: not cleared
     runner.window.golden(CANARY, T0 + 1, ok=1, failed=1, error="answer diverges")
     taken = await runner.tick(state, T0 + 2)
@@ -454,13 +455,7 @@ async def test_a_failed_golden_set_aborts_whenever_it_finished() -> None:
     through the stage's window alone it left the canary neither cleared (its golden set
     failed) nor aborted: the CI's (c) case waited 90 s for an abort that never came."""
     for case in ("share changed after the run", "older than the window"):
-        reg, store = FakeRegistry(percent=20), MemStore()
-        reg.uncleared.add(ADAPTER)
-        store.reg = reg
-        runner, state = make(reg, store)
-        state.versions[CANARY] = _record(CANARY)
-        runner.golden_pending = lambda vid, w=runner.window: not w.golden_seen(vid)
-        await runner.start()
+        reg, runner, state = await uncleared_canary()
         await runner.tick(state, T0)  # the 20 % stage starts; golden pending
         runner.window.golden(CANARY, T0 + 1, ok=0, failed=2, error="answer diverges")
         if case == "share changed after the run":
