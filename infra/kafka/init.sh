@@ -14,8 +14,11 @@ printf '%s\n' security.protocol=SSL ssl.keystore.type=PEM \
   ssl.truststore.location=/etc/kafka/pki/ca.pem > "$config"
 
 admin=(--bootstrap-server "$bootstrap" --command-config "$config")
-topics() { /opt/kafka/bin/kafka-topics.sh "${admin[@]}" "$@"; }
-acls() { /opt/kafka/bin/kafka-acls.sh "${admin[@]}" --add "$@"; }
+# a broker just reported healthy can refuse a first admin call: each call is tried up to
+# five times, 2 s apart, so one refusal does not leave every service waiting on this one
+retry() { local n; for n in 1 2 3 4; do "$@" && return 0; sleep 2; done; "$@"; }
+topics() { retry /opt/kafka/bin/kafka-topics.sh "${admin[@]}" "$@"; }
+acls() { retry /opt/kafka/bin/kafka-acls.sh "${admin[@]}" --add "$@"; }
 
 # topics (loraplane.shared.topics.TOPICS)
 topics --create --if-not-exists --topic adapter.releases --partitions 4 --replication-factor 1

@@ -128,7 +128,9 @@ class AnalysisRules(BaseModel):
     max_load_failure_excess: float = Field(default=0.20, ge=0.0, le=1.0)
     """Share of failed loads above stable's in the window."""
     golden_max_failures: int = Field(default=0, ge=0)
-    """Golden-set (shadow) failures tolerated over the window; beyond: abort."""
+    """Golden-set (shadow) failures tolerated, summed over every run of the canary version
+    kept (all workers, all stages: the golden set judges the weights, not a stage's
+    traffic); beyond: abort. A worker's own run beyond it also demotes the canary there."""
     ttft_quantile: float = Field(default=0.99, gt=0.5, lt=1.0)
     """The tail compared (0.99 = p99), per request class."""
     ttft_min_samples: int = Field(default=50, ge=10)

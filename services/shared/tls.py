@@ -124,14 +124,15 @@ def _check_pair(cert_pem: bytes, key_pem: bytes) -> None:
     must not replace a working pair; an encrypted key or one of an unsupported algorithm
     is a ``ValueError`` too)."""
     cert = x509.load_pem_x509_certificate(cert_pem)
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
     try:
         key = serialization.load_pem_private_key(key_pem, None)
+        mine = key.public_key().public_bytes(serialization.Encoding.PEM, spki)
+        theirs = cert.public_key().public_bytes(serialization.Encoding.PEM, spki)
     except (TypeError, UnsupportedAlgorithm) as exc:
-        raise ValueError(f"the private key cannot be used ({type(exc).__name__}: "
-                         "encrypted, or an unsupported algorithm)") from None
-    spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    if (key.public_key().public_bytes(serialization.Encoding.PEM, spki)
-            != cert.public_key().public_bytes(serialization.Encoding.PEM, spki)):
+        raise ValueError(f"the pair cannot be used ({type(exc).__name__}: an encrypted "
+                         "key, or an unsupported algorithm)") from None
+    if mine != theirs:
         raise ValueError("the private key does not belong to the certificate")
 
 
@@ -165,7 +166,13 @@ class _Reloader(Generic[Built]):
         return (self.cert, self.key) if self.ca is None else (self.cert, self.key, self.ca)
 
     def _stamp_now(self) -> tuple[float, ...]:
-        return tuple(p.stat().st_mtime_ns for p in self._paths())
+        # inode and size beside mtime: a coarse mtime clock (older kernels tick every
+        # 1-10 ms) can give a rewrite the stamp of the half-written file refused before
+        stamps: list[float] = []
+        for path in self._paths():
+            st = path.stat()
+            stamps += (st.st_ino, st.st_size, st.st_mtime_ns)
+        return tuple(stamps)
 
     def _load(self) -> Built:
         cert, key = self.cert.read_bytes(), self.key.read_bytes()
@@ -524,16 +531,26 @@ class EdgeCertificate:
                  expiry: CertExpiry | None = None) -> None:
         """Load the pair into ``context`` now (:class:`TlsConfigError` when it cannot)."""
         self.context = context
+        self._key_type = ""
         self._reloader, _ = _edge_reloader(cert_file, key_file, self._install,
                                            listener="edge_https", expiry=expiry)
 
     def _install(self, cert: bytes, key: bytes, ca: bytes | None) -> ssl.SSLContext:
         """Load exactly the bytes that were checked (re-reading the served paths could
         pick up a later, unchecked write), into a scratch context first, so that a pair
-        OpenSSL refuses never leaves the served context half-loaded."""
+        OpenSSL refuses never leaves the served context half-loaded. A key of another
+        type than the one loaded at start (EC / RSA) is refused (``ValueError``: logged,
+        counted, the old pair kept): OpenSSL keeps one certificate per key type in a
+        context, so the old one would go on being served to every client that accepts
+        it; changing the key type takes a restart."""
+        key_type = type(serialization.load_pem_private_key(key, None)).__name__
+        if self._key_type and key_type != self._key_type:
+            raise ValueError(f"the new key is a {key_type}, the served one a "
+                             f"{self._key_type}: a restart changes the key type")
         with _pem_path(cert if cert.endswith(b"\n") else cert + b"\n", key) as path:
             ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(path)
             self.context.load_cert_chain(path)
+        self._key_type = key_type
         return self.context
 
     def check(self) -> bool:
@@ -542,7 +559,12 @@ class EdgeCertificate:
         return self._reloader.fetch() is not None
 
     async def run(self, interval_s: float) -> None:
-        """:meth:`check` every ``interval_s`` until cancelled (two ``stat`` calls each)."""
+        """:meth:`check` every ``interval_s`` until cancelled (two ``stat`` calls each); an
+        unexpected error is logged and the watch goes on (a task that died would stop
+        every later reload without a word)."""
         while True:
             await asyncio.sleep(interval_s)
-            self.check()
+            try:
+                self.check()
+            except Exception:  # the watch must outlive one bad look
+                log.exception("the HTTPS edge's certificate watch failed once; it goes on")

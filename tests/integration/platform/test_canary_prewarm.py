@@ -247,6 +247,7 @@ async def test_canary_is_warm_on_every_target_worker_before_its_share_is_set(
         states = await worker_states(p)
         tiers = {wid: held(st, V2).tier if held(st, V2) is not None else None
                  for wid, st in states.items()}
+        assert sorted(tiers) == wids, tiers
         assert set(tiers.values()) <= {common_pb2.TIER_WARM, common_pb2.TIER_HOT}, tiers
 
         # the share step is the analysis' own, taken on both workers' reports

@@ -320,3 +320,42 @@ def test_edge_certificate_checks_and_leaves_no_key_copy(
     assert metrics.get_sample_value("loraplane_tls_certificate_expiry_timestamp_seconds",
                                     {"role": "edge"}) == x509.load_pem_x509_certificate(
         second["gateway"].cert.read_bytes()).not_valid_after_utc.timestamp()
+
+
+def test_a_rotation_to_another_key_type_is_refused_not_half_served(tmp_path: Path) -> None:
+    """OpenSSL keeps one certificate per key type in a context: an RSA pair loaded over an
+    EC one would leave the EC certificate served to every client that accepts it, while
+    the counter said ``loaded``. So a change of key type is refused (counted, the old pair
+    kept, the served certificate unchanged) and takes a restart."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    first = ensure_dev_pki(tmp_path / "a")
+    cert, key = tmp_path / "edge.pem", tmp_path / "edge.key"
+    _install(first["gateway"].cert.read_bytes(), first["gateway"].key.read_bytes(), cert, key)
+    metrics = CollectorRegistry()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    edge = EdgeCertificate(context, str(cert), str(key), expiry=CertExpiry.for_registry(metrics))
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gateway")])
+    now = dt.datetime.now(dt.UTC)
+    rsa_cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(rsa_key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(now + dt.timedelta(days=5))
+                .sign(rsa_key, hashes.SHA256()))
+    _install(rsa_cert.public_bytes(serialization.Encoding.PEM),
+             rsa_key.private_bytes(serialization.Encoding.PEM,
+                                   serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption()), cert, key)
+    assert edge.check() is False
+    assert metrics.get_sample_value("loraplane_tls_certificate_reloads_total",
+                                    {"listener": "edge_https", "result": "refused"}) == 1
+    assert metrics.get_sample_value("loraplane_tls_certificate_expiry_timestamp_seconds",
+                                    {"role": "edge"}) == x509.load_pem_x509_certificate(
+        first["gateway"].cert.read_bytes()).not_valid_after_utc.timestamp()
+    # an EC pair again (the rotation done right) is taken
+    second = ensure_dev_pki(tmp_path / "b")
+    _install(second["gateway"].cert.read_bytes(), second["gateway"].key.read_bytes(),
+             cert, key)
+    assert edge.check() is True
