@@ -268,8 +268,6 @@ class GatewayApp:
             if config.ssl is not None:
                 self.edge_https = EdgeCertificate(
                     config.ssl, s.edge_tls_cert_file, s.edge_tls_key_file, expiry=expiry)
-                self._tasks.edge_https = asyncio.create_task(
-                    self.edge_https.run(s.edge_tls_check_interval_s))
             self.http = _Uvicorn(config)
             # our own listening socket: SO_REUSEPORT when several processes share the port
             # (uvicorn's own bind sets only SO_REUSEADDR)
@@ -279,6 +277,9 @@ class GatewayApp:
                 if self._tasks.http.done():
                     self._tasks.http.result()  # raises the bind error
                 await asyncio.sleep(0.01)
+            if self.edge_https is not None:  # watched once it serves (a failed bind leaves none)
+                self._tasks.edge_https = asyncio.create_task(
+                    self.edge_https.run(s.edge_tls_check_interval_s))
 
     async def _bootstrap(self, registry: grpc.aio.Channel) -> None:
         s = self.settings
