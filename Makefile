@@ -95,7 +95,7 @@ typecheck: install ## mypy --strict on the pure core (policy), the shared librar
 	MYPYPATH=.loraplane/mypy $(PY) -m mypy --strict --follow-imports=silent -p loraplane.policy -p loraplane.native \
 	  -p loraplane.shared.signing -p loraplane.shared.topics -p loraplane.shared.codec \
 	  -p loraplane.shared.consumer -p loraplane.shared.resources -p loraplane.shared.aio \
-	  -p loraplane.shared.kafka_client \
+	  -p loraplane.shared.kafka_client -p loraplane.shared.tls -p loraplane.shared.stderr_tee \
 	  -p loraplane.cache_manager -p loraplane.gateway -p loraplane.registry \
 	  -p loraplane.admission -p loraplane.worker -p loraplane.stack
 

@@ -27,7 +27,7 @@ from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.shared.metrics import start_metrics_server
 from loraplane.shared.resources import migrations_dir
 from loraplane.shared.service_cli import ShippedFile, parse_service_args
-from loraplane.shared.tls import server_security
+from loraplane.shared.tls import count_handshake_refusals, server_security
 from loraplane.v1 import cache_pb2_grpc
 
 log = logging.getLogger("loraplane.cache_manager")
@@ -112,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     settings = CacheManagerSettings()
+    if settings.tls_cert_file:  # it also dials the workers and the registry over mTLS
+        count_handshake_refusals("cache-manager", dials_tls=True)
     rules = load_rules(settings.cache_manager_rules_file)
     policy_config = load_config(rules.policy_config)
     asyncio.run(serve(settings, rules, policy_config))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.shared.service_cli import parse_service_args
+from loraplane.shared.tls import count_handshake_refusals
 
 log = logging.getLogger("loraplane.gateway")
 
@@ -47,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = GatewaySettings()
+    if settings.edge_tls_cert_file:  # its public gRPC listener (the HTTPS one is Python's
+        # ssl: not counted); it dials workers, registry and cache manager over mTLS
+        count_handshake_refusals("gateway", dials_tls=bool(settings.tls_cert_file))
     if settings.uvloop:
         import uvloop
 

@@ -18,6 +18,7 @@ from loraplane.registry.app import RegistryApp
 from loraplane.registry.settings import RegistrySettings
 from loraplane.shared.resources import migrations_dir
 from loraplane.shared.service_cli import ShippedFile, parse_service_args
+from loraplane.shared.tls import count_handshake_refusals
 
 SUMMARY = """The adapter registry: tenants, adapters, versions, releases and API keys in
 PostgreSQL behind the RegistryAdmin gRPC API; publishes lifecycle events through its
@@ -59,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValidationError, ValueError) as exc:
         print(f"registry: configuration error: {exc}", file=sys.stderr)
         return 2
+    if settings.tls_cert_file:
+        count_handshake_refusals("registry", dials_tls=False)
     asyncio.run(serve(settings))
     return 0
 

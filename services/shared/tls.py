@@ -7,7 +7,8 @@ One place builds every credential and makes every authorization decision:
   :meth:`TlsFiles.server_credentials` requires a client certificate signed by the CA
   (a caller without one, with one from another CA, or with an expired one is refused in
   the TLS handshake: grpcio gives the server no hook there, so the caller sees
-  UNAVAILABLE and gRPC core logs ``Handshake failed``); the server re-reads its
+  UNAVAILABLE and gRPC core logs ``Handshake failed``, which
+  :func:`count_handshake_refusals` counts); the server re-reads its
   certificate and key when their files change (checked at each new connection: rotation
   without a restart). :meth:`TlsFiles.channel_credentials` is the client side: it trusts
   only the CA and presents the caller's certificate.
@@ -22,6 +23,9 @@ One place builds every credential and makes every authorization decision:
   ``loraplane_grpc_auth_refusals_total{service, rpc, reason}``.
 * :func:`edge_server_credentials` / :class:`EdgeCertificate`: the gateway's public gRPC and
   HTTPS listeners (no client certificate), both reloaded when their files change.
+* :func:`count_handshake_refusals`: the handshakes the mTLS servers refuse, counted in
+  ``loraplane_grpc_tls_handshake_refusals_total{service, reason, side}`` from gRPC core's
+  log line (:mod:`loraplane.shared.stderr_tee`).
 * ``loraplane_tls_certificate_expiry_timestamp_seconds{role}``: notAfter of the
   certificate (and CA) a process serves and dials with;
   ``loraplane_tls_certificate_reloads_total{listener, result}``: changed files loaded, or
@@ -53,6 +57,12 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 from loraplane.shared.errors import LoraplaneError, PermissionDenied, Unauthenticated
 from loraplane.shared.grpcutil import AuthCheck, CallCheck, GuardInterceptor
 from loraplane.shared.metrics import PerRegistry, split_method
+from loraplane.shared.stderr_tee import (
+    REASONS,
+    SERVER_ONLY_REASONS,
+    StderrTee,
+    counting_possible,
+)
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +273,68 @@ class AuthMetrics(PerRegistry):
             "Internal gRPC calls refused by authentication or authorization, by gRPC "
             "service, method and reason (no_identity, identity_not_allowed, missing_token, "
             "bad_token, no_rule).", ["service", "rpc", "reason"], registry=registry)
+
+
+class HandshakeRefusals(PerRegistry):
+    """``loraplane_grpc_tls_handshake_refusals_total{service, reason, side}`` and
+    ``loraplane_grpc_tls_handshake_refusals_counted{service}`` (:func:`count_handshake_refusals`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.refusals = Counter(
+            "loraplane_grpc_tls_handshake_refusals",
+            "TLS handshakes a gRPC server of this process refused, from gRPC core's "
+            "'Handshake failed' log line, by service and reason (no_certificate, "
+            "unknown_ca, expired, not_tls, other); side=server_or_client where the "
+            "process also dials TLS gRPC and the line may be its own outgoing handshake.",
+            ["service", "reason", "side"], registry=registry)
+        self.counted = Gauge(
+            "loraplane_grpc_tls_handshake_refusals_counted",
+            "1 when this process counts refused TLS handshakes, 0 when it cannot "
+            "(GRPC_VERBOSITY drops gRPC core's INFO line, or the stderr tee could not "
+            "start).", ["service"], registry=registry)
+
+
+def count_handshake_refusals(
+    service: str, *, dials_tls: bool, registry: CollectorRegistry = REGISTRY,
+) -> StderrTee | None:
+    """Count the TLS handshakes this process's gRPC server refuses, in
+    :class:`HandshakeRefusals` as ``service`` (``worker``, ``registry``,
+    ``cache-manager``, ``gateway``): once per process, by its ``__main__`` before it
+    serves (:mod:`loraplane.shared.stderr_tee` puts descriptor 2 through a child that
+    forwards every byte and reports gRPC core's ``Handshake failed`` lines).
+
+    ``dials_tls``: the process also opens TLS gRPC channels; the reasons a client can log
+    too are then counted as ``side="server_or_client"`` (``no_certificate`` stays
+    ``server``). Returns the tee, ``None`` when counting is off (``GRPC_VERBOSITY`` drops
+    the line, or the child could not start: logged, ``..._counted`` 0)."""
+    metrics = HandshakeRefusals.for_registry(registry)
+    for reason in REASONS:  # every series from 0, so that increase() sees the first one
+        metrics.refusals.labels(service, reason, _side(reason, dials_tls))
+    if not counting_possible():
+        log.warning("GRPC_VERBOSITY=%s: gRPC core does not log refused TLS handshakes, "
+                    "so they are not counted", os.environ.get("GRPC_VERBOSITY"))
+        metrics.counted.labels(service).set(0)
+        return None
+
+    def counted(reason: str, count: int) -> None:
+        metrics.refusals.labels(service, reason, _side(reason, dials_tls)).inc(count)
+
+    tee = StderrTee(counted)
+    try:
+        tee.start()
+    except (OSError, RuntimeError) as exc:
+        log.warning("refused TLS handshakes are not counted: the stderr tee did not start "
+                    "(%s: %s)", type(exc).__name__, exc)
+        metrics.counted.labels(service).set(0)
+        return None
+    metrics.counted.labels(service).set(1)
+    return tee
+
+
+def _side(reason: str, dials_tls: bool) -> str:
+    return ("server" if not dials_tls or reason in SERVER_ONLY_REASONS
+            else "server_or_client")
 
 
 def peer_identity(context: grpc.aio.ServicerContext) -> str | None:

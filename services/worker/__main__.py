@@ -45,6 +45,11 @@ async def main() -> int:
               "public keys adapters are signed with)", file=sys.stderr)
         return 2
     assert settings.base_model_dir is not None  # checked with the others just above
+    if settings.tls_cert_file:  # its mTLS server: count the handshakes it refuses (from
+        # here on, so the engine's processes share the tee and keep their stderr)
+        from loraplane.shared.tls import count_handshake_refusals
+
+        count_handshake_refusals("worker", dials_tls=False)
     log.info("starting engine for %s from %s", settings.base_model, settings.base_model_dir)
     engine = await VllmEngine.start(settings.base_model_dir, settings.engine_options())
     log.info("engine started in %.1fs", engine.start_seconds)

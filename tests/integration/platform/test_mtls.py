@@ -9,8 +9,9 @@ cache-manager process, each serving with its own certificate of a fresh CA
   the operator certificate or the gateway with the operator token on the registry);
 * a caller without a client certificate, with one of another CA, with an expired one of
   the right CA, or with nothing but a tenant's API key on a plaintext channel is refused in
-  the TLS handshake (UNAVAILABLE: grpcio gives a server no hook before the handshake
-  ends, so these are not counted server-side; the test checks the API never saw them);
+  the TLS handshake (UNAVAILABLE; the test checks the API never saw them; their count,
+  ``loraplane_grpc_tls_handshake_refusals_total``, is a service process's and is checked
+  by ``tests/unit/shared/test_handshake_refusals.py`` on a real mTLS server);
 * a caller with a valid certificate of an identity the table does not allow (or a tenant
   key where the operator token is needed) gets PERMISSION_DENIED naming the problem, and
   ``loraplane_grpc_auth_refusals_total{service, rpc, reason}`` counts it.

@@ -74,7 +74,7 @@ def families() -> dict[str, Family]:
     from loraplane.registry.metrics import RegistryMetrics
     from loraplane.shared.metrics import RpcMetrics
     from loraplane.shared.outbox import OutboxMetrics
-    from loraplane.shared.tls import AuthMetrics, CertExpiry
+    from loraplane.shared.tls import AuthMetrics, CertExpiry, HandshakeRefusals
     from loraplane.worker.metrics import WorkerMetrics
 
     out: dict[str, Family] = {}
@@ -85,7 +85,8 @@ def families() -> dict[str, Family]:
         out[f.name] = f
 
     for cls in (AdmissionMetrics, CacheMetrics, FlowMetrics, GatewayMetrics, RegistryMetrics,
-                RpcMetrics, OutboxMetrics, WorkerMetrics, AuthMetrics, CertExpiry):
+                RpcMetrics, OutboxMetrics, WorkerMetrics, AuthMetrics, CertExpiry,
+                HandshakeRefusals):
         registry = CollectorRegistry()
         inst = cls(registry)
         for m in _metric_objects(inst):
