@@ -27,6 +27,16 @@ end of input. A full pipe blocks the writers exactly as a slow stderr would have
 is dropped. Events the parent does not read in time are summed in the child and sent later
 (the child never blocks on them).
 
+Lifetime: :meth:`StderrTee.start` registers :meth:`StderrTee.close` with :mod:`atexit`, so
+a process that exits normally puts its own stderr back, lets the child forward the rest and
+reaps it (briefly bounded: a child process of its own still holding descriptor 2 keeps the
+tee serving it): no orphaned tee after a clean stop, and the process's last lines are on
+the original stderr when it has exited. A process killed outright leaves the child to
+drain and exit by itself (reaped by init, as any orphan). Should the child die first, the
+parent's reader thread sees its events pipe close and puts the original stderr back on
+descriptor 2 at once (the process keeps its logs; ``on_lost`` is called: the counting
+stopped).
+
 Limits (``README.md``, "Security"): the line carries no peer address and no side, so a
 process that also *dials* TLS gRPC logs the same text for its own outgoing handshakes
 that fail (a server of another CA, an expired one, a plaintext one); only
@@ -40,10 +50,12 @@ This module imports nothing outside the standard library (the child runs it with
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -111,8 +123,14 @@ class StderrTee:
     _active: StderrTee | None = None
     _active_lock = threading.Lock()
 
-    def __init__(self, on_refusal: Callable[[str, int], None]) -> None:
+    def __init__(self, on_refusal: Callable[[str, int], None],
+                 on_lost: Callable[[], None] | None = None) -> None:
         self.on_refusal = on_refusal
+        self.on_lost = on_lost
+        """Called (from the reader thread) when the child died while installed: the
+        original stderr is back on descriptor 2, nothing is counted any more."""
+        self.lost = False
+        self._pid = -1
         self._saved_fd = -1
         self._child: subprocess.Popen[bytes] | None = None
         self._events_fd = -1
@@ -150,10 +168,12 @@ class StderrTee:
             os.dup2(data_w, 2)  # descriptor 2 stays inheritable: children share the tee
             os.close(data_w)
             self._saved_fd, self._events_fd = saved, events_r
+            self._pid = os.getpid()
             self._reader = threading.Thread(target=self._read_events,
                                             name="stderr-tee-events", daemon=True)
             self._reader.start()
             StderrTee._active = self
+        atexit.register(self.close, _EXIT_TIMEOUT_S)
 
     def _read_events(self) -> None:
         pending = b""
@@ -161,19 +181,39 @@ class StderrTee:
             try:
                 chunk = os.read(self._events_fd, 4096)
             except OSError:
-                return
+                break
             if not chunk:
-                return
+                break
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 reason, _, count = line.decode("ascii", "replace").partition(" ")
                 if reason in REASONS and count.isdigit():
                     self.on_refusal(reason, int(count))
+        # End of the events: the child has exited (it holds their write end until then).
+        if self._child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._child.wait(5)  # reaped here, whoever ended it: never a zombie
+        with contextlib.suppress(OSError):
+            os.close(self._events_fd)
+        lost = False
+        with StderrTee._active_lock:
+            if StderrTee._active is self:  # it died under us: our stderr back at once
+                with contextlib.suppress(OSError):
+                    os.dup2(self._saved_fd, 2)
+                    os.close(self._saved_fd)
+                StderrTee._active = None
+                self.lost = lost = True
+        if lost and self.on_lost is not None:
+            self.on_lost()
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Put the original stderr back on descriptor 2, let the child forward what it
-        still holds and exit, and deliver its last events."""
+        still holds and exit, and deliver its last events (and reap it). A child process
+        of this process still holding descriptor 2 keeps the tee serving it: then this
+        returns after ``timeout_s`` and the reader reaps the child once it ends."""
+        if os.getpid() != self._pid:
+            return  # a forked copy of the process: the tee is its parent's
         with StderrTee._active_lock:
             if StderrTee._active is not self:
                 return
@@ -183,21 +223,19 @@ class StderrTee:
             os.dup2(self._saved_fd, 2)  # the pipe's last writer here goes away
             os.close(self._saved_fd)
             StderrTee._active = None
-        if self._child is not None:
-            try:
-                self._child.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                pass  # a child process of ours still holds the pipe: the tee serves it on
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
         if self._reader is not None:
-            self._reader.join(timeout_s)
-        with contextlib.suppress(OSError):
-            os.close(self._events_fd)
+            self._reader.join(timeout_s)  # ends once the child has exited and is reaped
 
 
 # ---- the child --------------------------------------------------------------------------
 
 MAX_LINE = 65536
 """Bytes of one unterminated line kept for matching (the rest is forwarded unmatched)."""
+
+_EXIT_TIMEOUT_S = 3.0
+"""How long a process's exit waits for its tee to forward the last bytes and end."""
 
 
 def _write_all(fd: int, data: bytes) -> bool:
@@ -208,6 +246,10 @@ def _write_all(fd: int, data: bytes) -> bool:
         try:
             view = view[os.write(fd, view):]
         except InterruptedError:
+            continue
+        except BlockingIOError:  # a non-blocking stderr shared with others: wait, not drop
+            with contextlib.suppress(OSError, ValueError):
+                select.select([], [fd], [], 1.0)
             continue
         except OSError:
             return False

@@ -292,7 +292,7 @@ class HandshakeRefusals(PerRegistry):
             "loraplane_grpc_tls_handshake_refusals_counted",
             "1 when this process counts refused TLS handshakes, 0 when it cannot "
             "(GRPC_VERBOSITY drops gRPC core's INFO line, or the stderr tee could not "
-            "start).", ["service"], registry=registry)
+            "start or its child process ended).", ["service"], registry=registry)
 
 
 def count_handshake_refusals(
@@ -320,7 +320,12 @@ def count_handshake_refusals(
     def counted(reason: str, count: int) -> None:
         metrics.refusals.labels(service, reason, _side(reason, dials_tls)).inc(count)
 
-    tee = StderrTee(counted)
+    def lost() -> None:
+        metrics.counted.labels(service).set(0)
+        log.warning("refused TLS handshakes are no longer counted: the stderr tee's child "
+                    "process ended (the original stderr is back)")
+
+    tee = StderrTee(counted, lost)
     try:
         tee.start()
     except (OSError, RuntimeError) as exc:

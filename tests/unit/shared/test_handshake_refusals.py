@@ -301,3 +301,61 @@ def test_the_tee_keeps_every_byte_past_a_full_pipe_and_a_kill(
         assert json.loads(done.stdout) == {"no_certificate": 3}
     else:
         assert done.returncode == -9
+
+
+EXIT_SCRIPT = r"""
+import os, sys
+from loraplane.shared.stderr_tee import StderrTee
+tee = StderrTee(lambda reason, n: None)
+tee.start()
+print(tee._child.pid, flush=True)
+for i in range(2000):
+    sys.stderr.write(f"line {i:05d} {'y' * 100}\n")
+sys.stderr.write("last words\n")
+"""
+
+
+def test_a_normal_exit_reaps_the_tee_after_it_forwarded_everything(tmp_path: Path) -> None:
+    """No close(): the exit itself (atexit) puts stderr back and waits for the child, so
+    the last line is on the original stderr as soon as the process is gone and no tee is
+    left behind (an orphan for init to reap)."""
+    err = tmp_path / "stderr"
+    with err.open("wb") as sink:
+        done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], stderr=sink,
+                              stdout=subprocess.PIPE, timeout=60, check=True)
+    lines = err.read_bytes().decode().splitlines()  # at once: no waiting for a straggler
+    assert lines[-1] == "last words" and len(lines) == 2001
+    child = int(done.stdout.split()[0])
+    assert not Path(f"/proc/{child}").exists(), "the tee child outlived its process"
+
+
+LOST_SCRIPT = r"""
+import json, os, signal, sys, time
+from loraplane.shared.stderr_tee import StderrTee
+lost = []
+tee = StderrTee(lambda reason, n: None, lambda: lost.append(1))
+tee.start()
+sys.stderr.write("through the tee\n"); sys.stderr.flush()
+time.sleep(0.2)
+os.kill(tee._child.pid, signal.SIGKILL)
+deadline = time.monotonic() + 10
+while not lost and time.monotonic() < deadline:
+    time.sleep(0.02)
+sys.stderr.write("after the tee died\n"); sys.stderr.flush()
+os.write(2, b"native after\n")
+print(json.dumps({"lost": lost, "active": StderrTee.active() is not None,
+                  "zombie": tee._child.returncode is None}))
+"""
+
+
+def test_a_dead_tee_gives_the_process_its_stderr_back(tmp_path: Path) -> None:
+    """The child killed under a running process: stderr is the original again (the
+    process's logs are not lost in a pipe nobody reads), on_lost is called, the child is
+    reaped."""
+    err = tmp_path / "stderr"
+    with err.open("wb") as sink:
+        done = subprocess.run([sys.executable, "-c", LOST_SCRIPT], stderr=sink,
+                              stdout=subprocess.PIPE, timeout=60, check=True)
+    assert json.loads(done.stdout) == {"lost": [1], "active": False, "zombie": False}
+    assert err.read_bytes().decode().splitlines() == [
+        "through the tee", "after the tee died", "native after"]
