@@ -148,8 +148,9 @@ class FetchTiming:
     """Part of ``download_s``, that file: first read to last byte read
     (:attr:`Streamed.stream_s <loraplane.worker.store.Streamed.stream_s>`)."""
     tail_s: float = 0.0
-    """Part of ``download_s``, that file: last byte read to the file closed (the hasher and
-    writer threads draining), plus the signature check when that file is the bundle."""
+    """Part of ``download_s``, that file: last byte read to the file closed (the sink thread
+    hashing and writing what it still held), plus the signature check when that file is
+    the bundle."""
     resume_s: float = 0.0
     """After ``verify_s``: from the placement in that thread until the event loop resumed
     with the entry (the loop's wake-up)."""

@@ -7,13 +7,20 @@ becomes :class:`~loraplane.worker.errors.DownloadFailed` naming the object store
 Measured on the 2-core host beside SeaweedFS (``make bench-cold`` and its breakdown): the
 cost of a download is the CPU it needs (kernel → buffer copy, sha256, buffer → page cache
 copy), so the pipeline reads into a few reused 1 MiB buffers (``readinto``: no new
-``bytes`` per chunk, no copy inside the HTTP client) and hands each one through three
-stages, one thread each: read, sha256, write (:func:`write_hashed`; the raw baseline reads
-and hashes one after the other in one thread). Against reading and hashing in one thread
-with only the write handed off, medians of 7 of the 100 MB object: 203 ms against 236 ms
-(raw GET+sha256 186 ms), 10 MB 29.5 / 31.7 ms, 25 and 50 MB within 3 % (issue 19).
-Parallel ranged GETs were measured again (2 and 4 ranges of 10 and 100 MB): not faster
-than one stream here, where the store shares the two cores.
+``bytes`` per chunk, no copy inside the HTTP client) and hands each one to a second
+thread that hashes it and writes it while it is still in that thread's cache
+(:func:`write_hashed`; the raw baseline reads and hashes one after the other in one
+thread). The reading thread does nothing else, so the socket is drained at the pace the
+store sends. Measured against the alternatives, 100 MB object, alternating with the raw
+GET+sha256, paired difference to the raw GET beside it (medians of 31-41, issue 19):
+read | hash+write +11.6 / +17.6 ms, read | hash | write (three threads, before)
++16.9 / +24.5 ms, all in one thread +23.3 ms, read+hash | write +41.7 ms; the process's
+CPU per download raw 136 ms, one thread 163, two or three threads 186 (the extra of the
+split is the buffer crossing to the other core). Side by side with the three threads
+(41 rounds each): 50 MB +6.2 against +9.1 ms, 100 MB +12.6 against +17.9 ms over the raw
+GET (``services/worker/README.md``, runs M, N and O). Parallel ranged GETs were measured again
+(2 and 4 ranges of 10 and 100 MB): not faster than one stream here, where the store shares
+the two cores.
 """
 
 from __future__ import annotations
@@ -51,7 +58,8 @@ against 9.1 / 12.4 / 17.7 / 27.9 / 46.1 ms in three; quiet (load 0.9), 1.1 / 3.3
 7.7 / 11 MB 5.4 / 12.8 / 17.2 / 20.2 / 26.0 against 5.8 / 11.9 / 16.8 / 19.6 / 25.7."""
 PIPELINE_DEPTH = 8
 """Buffers per download (bounds memory to 8 MiB per file): the reader fills the next ones
-while the writer thread drains the filled ones."""
+while the sink thread hashes and writes the filled ones (16 buffers measured slower at 50
+and 100 MB, 4 alike: the backlog the sink drains after the last byte grows with it)."""
 
 
 class ObjectReader(Protocol):
@@ -90,8 +98,8 @@ class Streamed:
     """Wall time from the first read to the last byte read (the GET, with the hash and
     the write overlapped; waits for a free buffer included)."""
     tail_s: float = 0.0
-    """Wall time from the last byte read to the file closed: the hasher and writer
-    draining what they still held (the hand-offs), and the transfer released."""
+    """Wall time from the last byte read to the file closed: the sink thread hashing and
+    writing what it still held, and the transfer released."""
 
 
 class MinioStore(objectstore.MinioStore):
@@ -267,19 +275,19 @@ def write_hashed(
 ) -> Streamed:
     """Read ``reader`` to its end into ``dest`` and sha256 the bytes, in one pass.
 
-    Three stages hand the same few buffers on, in order: this thread fills a buffer from
-    the network, a hasher thread sha256es it, a writer thread writes it to ``dest`` and
-    hands it back. Socket reads, sha256 and file writes all release the GIL, so the next
-    buffer is read while the last one is hashed and the one before is written (the raw
-    baseline reads and hashes one after the other in one thread). An object that fits
-    one buffer, or is announced at no more than :data:`INLINE_BYTES`, is hashed and
-    written by this thread (no thread started). Nothing is left at ``dest`` on failure.
+    Two stages hand the same few buffers on, in order: this thread fills a buffer from
+    the network, a sink thread sha256es it and writes it to ``dest`` (from its own cache,
+    right after hashing it) and hands it back. Socket reads, sha256 and file writes all
+    release the GIL, so the next buffers are read while the last ones are hashed and
+    written (the raw baseline reads and hashes one after the other in one thread). An
+    object that fits one buffer, or is announced at no more than :data:`INLINE_BYTES`, is
+    hashed and written by this thread (no thread started). Nothing is left at ``dest`` on
+    failure.
     """
     clock = time.perf_counter
     h = hashlib.sha256()
     free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
-    to_hash: queue.SimpleQueue[tuple[memoryview, int] | None] = queue.SimpleQueue()
-    to_write: queue.SimpleQueue[tuple[memoryview, int] | None] = queue.SimpleQueue()
+    filled: queue.SimpleQueue[tuple[memoryview, int] | None] = queue.SimpleQueue()
     failure: list[BaseException] = []
     busy = {"hash": 0.0, "write": 0.0}
     get_s = 0.0
@@ -287,31 +295,26 @@ def write_hashed(
     read_end = started = clock()
     inline = reader.size is not None and reader.size <= INLINE_BYTES
 
-    def hasher() -> None:
-        while (item := to_hash.get()) is not None:
-            t0 = clock()
-            h.update(item[0][:item[1]])
-            busy["hash"] += clock() - t0
-            to_write.put(item)
-        to_write.put(None)
-
-    def drain(fd: int) -> None:
-        while (item := to_write.get()) is not None:
+    def sink(fd: int) -> None:
+        while (item := filled.get()) is not None:
             buf, n = item
             if not failure:
                 t0 = clock()
+                h.update(buf[:n])
+                t1 = clock()
                 try:
                     _write_all(fd, buf[:n])
                 except BaseException as exc:  # noqa: BLE001 - handed to the reader
                     failure.append(exc)
-                busy["write"] += clock() - t0
+                busy["hash"] += t1 - t0
+                busy["write"] += clock() - t1
             free.put(buf)
 
     try:
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError as exc:
         raise DownloadFailed(f"writing {dest} failed: {exc}") from exc
-    stages: list[threading.Thread] = []
+    worker: threading.Thread | None = None
     try:
         while not failure:
             if owned < PIPELINE_DEPTH and free.empty():
@@ -331,7 +334,7 @@ def write_hashed(
                 free.put(buf)
                 raise DownloadFailed(f"{what} is larger than the {max_bytes} bytes allowed")
             last = n < len(buf)
-            if inline or (not stages and last):  # small, or the whole object in one buffer
+            if inline or (worker is None and last):  # small, or the whole object in one buffer
                 t1 = clock()
                 h.update(buf[:n])
                 t2 = clock()
@@ -342,30 +345,27 @@ def write_hashed(
                 if last:
                     break
                 continue
-            if not stages:
-                stages = [threading.Thread(target=hasher, daemon=True, name="lp-download-hash"),
-                          threading.Thread(target=drain, args=(fd,), daemon=True,
-                                           name="lp-download-write")]
-                for t in stages:
-                    t.start()
-            to_hash.put((buf, n))
+            if worker is None:
+                worker = threading.Thread(target=sink, args=(fd,), daemon=True,
+                                          name="lp-download-sink")
+                worker.start()
+            filled.put((buf, n))
             if last:
                 break
-        if stages:
-            to_hash.put(None)
-            for t in stages:
-                t.join()
-            stages = []
+        if worker is not None:
+            filled.put(None)
+            worker.join()
+            worker = None
         if failure:
             raise failure[0]
     except OSError as exc:
-        _abandon(stages, to_hash, failure, fd, dest)
+        _abandon(worker, filled, failure, fd, dest)
         raise DownloadFailed(f"writing {dest} failed: {exc}") from exc
     except BaseException:
-        _abandon(stages, to_hash, failure, fd, dest)
+        _abandon(worker, filled, failure, fd, dest)
         raise
     finally:
-        while not free.empty():  # the stages have stopped: every buffer they had is back
+        while not free.empty():  # the sink has stopped: every buffer it had is back
             _POOL.give(free.get())
     os.close(fd)
     done = clock()
@@ -373,16 +373,14 @@ def write_hashed(
                     stream_s=read_end - started, tail_s=done - read_end)
 
 
-def _abandon(stages: list[threading.Thread],
-             to_hash: queue.SimpleQueue[tuple[memoryview, int] | None],
+def _abandon(worker: threading.Thread | None,
+             filled: queue.SimpleQueue[tuple[memoryview, int] | None],
              failure: list[BaseException], fd: int, dest: Path) -> None:
-    """Stop the hasher and writer threads (the writer skips what is left), close and delete
-    a failed download."""
-    if stages:
+    """Stop the sink thread (it skips what is left), close and delete a failed download."""
+    if worker is not None:
         failure.append(DownloadFailed(f"download to {dest} abandoned"))
-        to_hash.put(None)
-        for t in stages:
-            t.join()
+        filled.put(None)
+        worker.join()
     os.close(fd)
     dest.unlink(missing_ok=True)
 

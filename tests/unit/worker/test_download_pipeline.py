@@ -172,7 +172,7 @@ def test_a_small_object_is_read_hashed_and_written_by_one_thread(
     assert out.size == size and out.sha256 == hashlib.sha256(data).hexdigest()
 
 
-def test_above_the_inline_size_or_unannounced_the_stages_run_in_threads(
+def test_above_the_inline_size_or_unannounced_the_sink_runs_in_a_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
@@ -192,7 +192,7 @@ def test_above_the_inline_size_or_unannounced_the_stages_run_in_threads(
     write_hashed(announced, tmp_path / "a", max_bytes=None, what="a")
     write_hashed(PieceReader(data[:BUFFER_BYTES + 1], BUFFER_BYTES), tmp_path / "b",
                  max_bytes=None, what="b")  # size unknown: not inline
-    assert started == ["lp-download-hash", "lp-download-write"] * 2
+    assert started == ["lp-download-sink"] * 2
     assert (tmp_path / "a").read_bytes() == data
     assert (tmp_path / "b").read_bytes() == data[:BUFFER_BYTES + 1]
 
