@@ -235,7 +235,8 @@ def _grpc_config(cert: bytes, key: bytes, ca: bytes | None) -> Any:
 class CertExpiry(PerRegistry):
     """The certificates a process serves:
     ``loraplane_tls_certificate_expiry_timestamp_seconds{role}`` (``cert``, ``ca``;
-    ``edge``: the gateway's public certificate) and
+    ``edge_grpc`` / ``edge_https``: the gateway's public certificate as each public
+    listener serves it) and
     ``loraplane_tls_certificate_reloads_total{listener, result}`` (``internal``: an
     internal mTLS server, ``edge_grpc`` / ``edge_https``: the gateway's public listeners;
     ``loaded`` / ``refused``: a changed file set served, or refused and the previous one
@@ -247,7 +248,8 @@ class CertExpiry(PerRegistry):
             "loraplane_tls_certificate_expiry_timestamp_seconds",
             "notAfter (Unix time) of the TLS certificate this process presents (role=cert) "
             "and of the CA it trusts (role=ca) on its internal API, and of the gateway's "
-            "public certificate (role=edge).", ["role"], registry=registry)
+            "public certificate as each public listener serves it (role=edge_grpc, "
+            "edge_https).", ["role"], registry=registry)
         self.reloads = Counter(
             "loraplane_tls_certificate_reloads",
             "Changed certificate files a TLS listener loaded (result=loaded) or refused "
@@ -540,7 +542,9 @@ def _edge_reloader(cert_file: str, key_file: str,
                    expiry: CertExpiry | None) -> tuple[_Reloader[Built], Built]:
     """A public listener's reloader and its first load; :class:`TlsConfigError` naming an
     unreadable file or a key that is not the certificate's."""
-    reloader = _Reloader(Path(cert_file), Path(key_file), None, build=build, role="edge",
+    # each public listener its own expiry series: a pair one refuses and the other takes
+    # must not show the new date for both
+    reloader = _Reloader(Path(cert_file), Path(key_file), None, build=build, role=listener,
                          listener=listener, expiry=expiry)
     try:
         return reloader, reloader.initial()
@@ -558,7 +562,7 @@ def edge_server_credentials(cert_file: str, key_file: str, *,
                             expiry: CertExpiry | None = None) -> grpc.ServerCredentials:
     """TLS for a public listener (the gateway's gRPC): present this certificate, ask for
     no client certificate (tenants authenticate with API keys); re-read when the files
-    change, as the internal servers do (notAfter in ``expiry`` as ``role="edge"``). Raises
+    change, as the internal servers do (notAfter in ``expiry`` as ``role="edge_grpc"``). Raises
     :class:`TlsConfigError` naming an unreadable file or a key that is not the
     certificate's."""
     reloader, initial = _edge_reloader(cert_file, key_file, _grpc_config,

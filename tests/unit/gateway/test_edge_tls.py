@@ -156,7 +156,7 @@ async def test_the_grpc_edge_certificate_is_reloaded_without_a_restart(
 
     def edge_expiry() -> float | None:
         return metrics.get_sample_value(
-            "loraplane_tls_certificate_expiry_timestamp_seconds", {"role": "edge"})
+            "loraplane_tls_certificate_expiry_timestamp_seconds", {"role": "edge_grpc"})
 
     try:
         assert await code(first.ca) == grpc.StatusCode.UNAUTHENTICATED  # served, no key
@@ -227,7 +227,7 @@ async def test_the_https_edge_certificate_is_reloaded_without_a_restart(
 
     def edge_expiry() -> float | None:
         return metrics.get_sample_value(
-            "loraplane_tls_certificate_expiry_timestamp_seconds", {"role": "edge"})
+            "loraplane_tls_certificate_expiry_timestamp_seconds", {"role": "edge_https"})
 
     def reloads(result: str) -> float:
         return metrics.get_sample_value(
@@ -318,7 +318,7 @@ def test_edge_certificate_checks_and_leaves_no_key_copy(
     assert edge.check() is False
     assert list(scratch.iterdir()) == []
     assert metrics.get_sample_value("loraplane_tls_certificate_expiry_timestamp_seconds",
-                                    {"role": "edge"}) == x509.load_pem_x509_certificate(
+                                    {"role": "edge_https"}) == x509.load_pem_x509_certificate(
         second["gateway"].cert.read_bytes()).not_valid_after_utc.timestamp()
 
 
@@ -352,7 +352,7 @@ def test_a_rotation_to_another_key_type_is_refused_not_half_served(tmp_path: Pat
     assert metrics.get_sample_value("loraplane_tls_certificate_reloads_total",
                                     {"listener": "edge_https", "result": "refused"}) == 1
     assert metrics.get_sample_value("loraplane_tls_certificate_expiry_timestamp_seconds",
-                                    {"role": "edge"}) == x509.load_pem_x509_certificate(
+                                    {"role": "edge_https"}) == x509.load_pem_x509_certificate(
         first["gateway"].cert.read_bytes()).not_valid_after_utc.timestamp()
     # an EC pair again (the rotation done right) is taken
     second = ensure_dev_pki(tmp_path / "b")
