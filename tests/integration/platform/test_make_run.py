@@ -64,6 +64,23 @@ def _completion_codes(values: dict[str, str], n: int, *, fresh: bool = False) ->
     return codes
 
 
+def _exited(pid: int, within_s: float) -> None:
+    """Return once process ``pid`` has exited (gone, or a zombie its parent has not reaped
+    yet): its sockets are closed. ``os.killpg`` returns before the kernel has torn the
+    process down, and a connection the kernel hashes to a dying ``SO_REUSEPORT`` listener
+    in that window is reset with it (a reset seen once in a fresh-clone run)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return
+        assert time.monotonic() < deadline, f"process {pid} still alive {within_s} s after SIGKILL"
+        time.sleep(0.05)
+
+
 def _restarted(env: dict[str, str], proc: ServiceProcess, old_pid: int, within_s: float) -> str:
     """``proc``'s line of ``loraplane status`` once it is healthy under a new pid."""
     deadline = time.monotonic() + within_s
@@ -185,6 +202,7 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
         gw_pid = gateways[1].pid()
         assert gw_pid is not None
         os.killpg(gw_pid, signal.SIGKILL)
+        _exited(gw_pid, within_s=10)
         codes = _completion_codes(values, 20, fresh=True)  # the sibling takes each one
         assert codes == [200] * 20, codes
         line = _restarted(env, gateways[1], gw_pid, within_s=120)
