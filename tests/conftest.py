@@ -20,7 +20,8 @@ from loraplane.stack.stack import Stack
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # A shell that sourced make run's demo.env carries the operator's certificate: in-process
-# services of a test would serve mutual TLS with it. Tests that want TLS set it themselves.
+# services of a test would serve mutual TLS with it. Each test sets its own (the test stack's
+# certificate of each service's identity: tests/support/tls.py).
 # It names the make run gateway's CA too: the CLI under test would dial a test's plaintext
 # gateway over TLS.
 for _name in ("LORAPLANE_TLS_CA_FILE", "LORAPLANE_TLS_CERT_FILE", "LORAPLANE_TLS_KEY_FILE",

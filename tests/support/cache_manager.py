@@ -38,7 +38,10 @@ from loraplane.shared import topics
 from loraplane.shared.codec import decode_record, encode, kafka_headers
 from loraplane.shared.kafka_admin import ensure_topics
 from loraplane.shared.kafka_client import KafkaConnection
+from loraplane.shared.tls import CACHE_MANAGER, GATEWAY, OPERATOR
+from loraplane.stack.stack import Stack
 from loraplane.v1 import cache_pb2, cache_pb2_grpc, events_pb2
+from tests.support.tls import internal_channel, tls_env
 
 REPO = Path(__file__).resolve().parents[2]
 RESET_TOPICS = (topics.CACHE_STATE, topics.CACHE_COMMANDS, topics.ADAPTER_HEAT,
@@ -263,6 +266,9 @@ class Manager:
     grpc_port: int
     metrics_port: int
     log: Path
+    stack: Stack
+    """The stack whose dev CA the process serves mutual TLS with (its ``cache-manager``
+    certificate)."""
 
     def metric(self, name: str) -> float | None:
         """Value of an unlabelled metric (None when unreachable or absent)."""
@@ -282,8 +288,12 @@ class Manager:
                                     timeout=1) as r:
             return [ln for ln in r.read().decode().splitlines() if ln.startswith(prefix)]
 
-    def stub(self) -> tuple[grpc.aio.Channel, cache_pb2_grpc.CacheManagerStub]:
-        ch = grpc.aio.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+    def stub(self, caller: str = OPERATOR
+             ) -> tuple[grpc.aio.Channel, cache_pb2_grpc.CacheManagerStub]:
+        """A channel to the read API as ``caller`` (the operator's ``loraplane cache
+        status``; the gateway's placement bootstrap) and its stub."""
+        ch = internal_channel(self.stack, f"127.0.0.1:{self.grpc_port}", caller=caller,
+                              server=CACHE_MANAGER)
         return ch, cache_pb2_grpc.CacheManagerStub(ch)
 
     async def wait_up(self, timeout: float = 20.0) -> None:
@@ -316,7 +326,7 @@ class Manager:
         raise AssertionError(f"never planned:\n{self.log.read_text()[-3000:]}")
 
     async def placement(self, ref: Ref) -> list[tuple[str, int]]:
-        ch, stub = self.stub()
+        ch, stub = self.stub(GATEWAY)
         async with ch:
             resp = await stub.GetPlacement(cache_pb2.GetPlacementRequest(adapter=ref.proto()),
                                            timeout=5)
@@ -340,10 +350,13 @@ class Manager:
 
 
 class Launcher:
-    """Starts cache-manager processes sharing one lock key and group id (one deployment)."""
+    """Starts cache-manager processes sharing one lock key and group id (one deployment),
+    each serving (and dialling workers and the registry) with mutual TLS as the
+    ``cache-manager`` of ``stack``'s dev CA, as ``make run`` starts them."""
 
     def __init__(self, client_env: dict[str, str], workdir: Path, tag: str,
-                 tenants: str = "") -> None:
+                 tenants: str = "", *, stack: Stack) -> None:
+        self.stack = stack
         self.client_env = client_env
         self.tenants = tenants
         self.workdir = workdir
@@ -371,6 +384,7 @@ class Launcher:
         grpc_port, metrics_port = free_port(), free_port()
         env = dict(os.environ)
         env.update(self.client_env)
+        env.update(tls_env(self.stack, CACHE_MANAGER))
         env.update(FAST)
         env.update({
             "LORAPLANE_CACHE_MANAGER_GRPC_PORT": str(grpc_port),
@@ -390,7 +404,7 @@ class Launcher:
             [sys.executable, "-m", "loraplane.cache_manager"], env=env, cwd=REPO,
             stdout=log.open("wb"), stderr=subprocess.STDOUT,
         )
-        m = Manager(proc, grpc_port, metrics_port, log)
+        m = Manager(proc, grpc_port, metrics_port, log, self.stack)
         self.started.append(m)
         return m
 

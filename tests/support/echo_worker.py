@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from loraplane.shared.tls import TlsFiles
 from loraplane.v1 import common_pb2, events_pb2, inference_pb2, worker_pb2, worker_pb2_grpc
 
 DEFAULT_TOKENS = 8
@@ -136,12 +137,16 @@ class EchoWorker(worker_pb2_grpc.WorkerInternalServicer):
 
 
 async def serve_echo_worker(
-    worker: EchoWorker, *, port: int = 0, host: str = "127.0.0.1"
+    worker: EchoWorker, *, port: int = 0, host: str = "127.0.0.1",
+    tls: TlsFiles | None = None,
 ) -> grpc.aio.Server:
-    """Start ``worker`` on ``host:port`` (0 = any free port); sets ``worker.address``."""
+    """Start ``worker`` on ``host:port`` (0 = any free port); sets ``worker.address``.
+    ``tls``: serve mutual TLS with this (``worker``) certificate, as a real worker does
+    (a caller needs a certificate of its CA); ``None``: plaintext."""
     server = grpc.aio.server(options=[("grpc.max_concurrent_streams", 1000)])
     worker_pb2_grpc.add_WorkerInternalServicer_to_server(worker, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = (server.add_insecure_port(f"{host}:{port}") if tls is None
+             else server.add_secure_port(f"{host}:{port}", tls.server_credentials()))
     await server.start()
     worker.address = f"{host}:{bound}"
     return server

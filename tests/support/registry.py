@@ -21,9 +21,11 @@ from loraplane.registry.settings import RegistrySettings
 from loraplane.shared.codec import decode_as, encode, kafka_headers
 from loraplane.shared.db import transaction
 from loraplane.shared.outbox import PublishedRow
+from loraplane.shared.tls import REGISTRY_ID
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, key_for, new_meta, topic_spec
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
+from tests.support.tls import tls_settings
 
 TOKEN = "test-operator-token-0123456789"
 FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500,
@@ -32,7 +34,8 @@ BASE = "loraplane/tiny-llama"
 
 
 def registry_settings(stack: Stack, **over: object) -> RegistrySettings:
-    """Registry settings pointing at the test stack (port 0 = free port)."""
+    """Registry settings pointing at the test stack (port 0 = free port), serving mutual
+    TLS with the ``registry`` certificate of the stack's dev CA."""
     env = stack.settings.client_env()
     values: dict[str, object] = {
         "postgres_dsn": env["LORAPLANE_POSTGRES_DSN"],
@@ -45,6 +48,7 @@ def registry_settings(stack: Stack, **over: object) -> RegistrySettings:
         "registry_consumer_group": f"registry-test-{uuid.uuid4().hex[:8]}",
         "registry_grace_s": 1.0,
         "instance_id": "registry-test",
+        **tls_settings(stack, REGISTRY_ID),
     }
     values.update(over)
     return RegistrySettings(**values)  # type: ignore[arg-type]
@@ -56,6 +60,8 @@ class Registry:
 
     app: RegistryApp
     stub: registry_pb2_grpc.RegistryAdminStub
+    """The operator's (its certificate, and the operator token in :attr:`md`, as the CLI
+    of ``make run`` calls)."""
     metrics: CollectorRegistry
     published: list[PublishedRow]
     bootstrap: str
@@ -70,11 +76,14 @@ class Registry:
         """Call an RPC with the operator token."""
         return await getattr(self.stub, method)(request, metadata=self.md, timeout=10)
 
-    async def status_of(self, method: str, request: object, md: object = None) -> grpc.StatusCode:
-        """The status code an RPC ends with (OK if it succeeds)."""
+    async def status_of(self, method: str, request: object, md: object = None, *,
+                        stub: registry_pb2_grpc.RegistryAdminStub | None = None
+                        ) -> grpc.StatusCode:
+        """The status code an RPC ends with (OK if it succeeds); ``stub``: another
+        caller's (default: the operator's)."""
         try:
-            await getattr(self.stub, method)(request, metadata=self.md if md is None else md,
-                                             timeout=10)
+            await getattr(stub or self.stub, method)(
+                request, metadata=self.md if md is None else md, timeout=10)
         except grpc.aio.AioRpcError as exc:
             return exc.code()
         return grpc.StatusCode.OK

@@ -23,6 +23,7 @@ from loraplane.shared.catalogue import BaseModelSpec, load_catalogue
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES
 from loraplane.stack.stack import Stack
 from tests.support.registry import registry_settings
+from tests.support.tls import tls_settings
 
 from .corpus import Env
 
@@ -106,6 +107,7 @@ def admission_settings(stack: Stack, keys: Keys, quarantine: Path, **over: Any
         "admission_max_total_bytes": 2 * MAX_FILE_BYTES,
         "admission_probe_interval_s": 1.0,
         "instance_id": "admission-test",
+        **tls_settings(stack, "admission"),
     }
     values.update(over)
     return AdmissionSettings(**values)

@@ -25,9 +25,11 @@ from loraplane.registry.app import RegistryApp
 from loraplane.registry.client import RegistryClient, release_adapter, wait_for_verdict
 from loraplane.shared.catalogue import BaseModelSpec, load_catalogue
 from loraplane.shared.signing import compute_manifest_digest
+from loraplane.shared.tls import OPERATOR, TlsFiles
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2
 from tests.support.registry import TOKEN
+from tests.support.tls import tls_files
 
 from .conftest import REPO, Keys
 from .corpus import ALL_CASES, HOSTILE, WELL_FORMED, Built, Case, Env
@@ -55,10 +57,11 @@ def test_corpus_size_and_table() -> None:
     assert rows == table
 
 
-def _registry_release(reg_addr: str, s3: Minio, case: Case, built: Built, tenant_id: str,
+def _registry_release(reg_addr: str, tls: TlsFiles | None, s3: Minio, case: Case, built: Built,
+                      tenant_id: str,
                       tiny: BaseModelSpec) -> None:
     assert built.dir is not None
-    reg = RegistryClient(reg_addr, TOKEN, actor="tests/admission-corpus")
+    reg = RegistryClient(reg_addr, TOKEN, actor="tests/admission-corpus", tls=tls)
     try:
         release_adapter(
             reg, s3, directory=built.dir, tenant=tenant_id, name=case.name, version=VERSION,
@@ -69,8 +72,9 @@ def _registry_release(reg_addr: str, s3: Minio, case: Case, built: Built, tenant
         reg.close()
 
 
-def _status(reg_addr: str, tenant_id: str, name: str) -> tuple[int, frozenset[str]]:
-    reg = RegistryClient(reg_addr, TOKEN)
+def _status(reg_addr: str, tls: TlsFiles | None, tenant_id: str, name: str
+            ) -> tuple[int, frozenset[str]]:
+    reg = RegistryClient(reg_addr, TOKEN, tls=tls)
     try:
         v = wait_for_verdict(reg, tenant_id, name, VERSION, timeout_s=60, poll_s=0.3)
     finally:
@@ -86,7 +90,8 @@ async def test_hostile_corpus_through_the_stack(
     corpus_env: Env, tenants: dict[str, str], tiny: BaseModelSpec, session_id: str,
 ) -> None:
     reg_addr = registry_app.address
-    reg = RegistryClient(reg_addr, TOKEN)
+    operator = tls_files(stack, OPERATOR)  # the release pipeline's (the CLI's) certificate
+    reg = RegistryClient(reg_addr, TOKEN, tls=operator)
     try:
         for tenant_id in tenants.values():
             await asyncio.to_thread(reg.ensure_tenant, tenant_id)
@@ -103,7 +108,8 @@ async def test_hostile_corpus_through_the_stack(
         b = built[case.name]
         tenant_id = tenants[b.tenant]
         if case.driver == "registry":
-            await asyncio.to_thread(_registry_release, reg_addr, s3, case, b, tenant_id, tiny)
+            await asyncio.to_thread(_registry_release, reg_addr, operator, s3, case, b, tenant_id,
+                                    tiny)
         else:
             if b.bucket:
                 b.bucket = f"{b.bucket}-{session_id}"
@@ -142,7 +148,7 @@ async def test_hostile_corpus_through_the_stack(
         if case.driver != "registry":
             continue
         status, reasons = await asyncio.to_thread(
-            _status, reg_addr, tenants[built[case.name].tenant], case.name)
+            _status, reg_addr, operator, tenants[built[case.name].tenant], case.name)
         want = common_pb2.VERSION_STATUS_ADMITTED if not case.expected else \
             common_pb2.VERSION_STATUS_REJECTED
         assert (status, reasons) == (want, case.expected), case.name

@@ -40,7 +40,8 @@ async def bus(stack: Stack, fresh_topics: None) -> AsyncIterator[Bus]:
 @pytest.fixture
 def managers(stack: Stack, unique: str, tmp_path: Path) -> Iterator[Launcher]:
     """Cache-manager processes of this test (one deployment: shared lock key and group)."""
-    launcher = Launcher(stack.settings.client_env(), tmp_path, unique, tenants=f"cm-{unique}")
+    launcher = Launcher(stack.settings.client_env(), tmp_path, unique, tenants=f"cm-{unique}",
+                        stack=stack)
     try:
         yield launcher
     finally:

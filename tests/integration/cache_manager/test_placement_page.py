@@ -39,12 +39,14 @@ from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager.model import Ref
 from loraplane.devkit.builder import build_demo
+from loraplane.shared.tls import WORKER
 from loraplane.stack.stack import Stack
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.null_engine import NullEngine
 from loraplane.worker.settings import WorkerSettings
 from tests.support import eventgen as ev
 from tests.support.cache_manager import Bus, Launcher, Manager, Registry, free_port, reset_topics
+from tests.support.tls import tls_settings
 
 REPO = Path(__file__).resolve().parents[3]
 ARTIFACT = REPO / ".loraplane" / "artifacts" / "placement-page.png"
@@ -157,7 +159,7 @@ def worker_settings(stack: Stack, tmp: Path, worker_id: str) -> WorkerSettings:
         tokenizer_revision=demo.base_model.tokenizer_revision,
         worker_host_dir=tmp / worker_id, worker_max_loras=HOT_SLOTS, worker_max_cpu_loras=4,
         worker_max_lora_rank=16, worker_state_interval_s=1.0, worker_heat_flush_s=0.5,
-        worker_drain_timeout_s=10.0,
+        worker_drain_timeout_s=10.0, **tls_settings(stack, WORKER),
     )
 
 
@@ -241,7 +243,7 @@ async def test_placement_page_in_headless_chromium(
             priority="platinum" if i == 0 else None, size=a.size_bytes, rank=a.rank,
             base_model=a.base_model, artifact_uri=uris[-1], sha256=a.manifest_digest))
     page_port = free_port()
-    launcher = Launcher(s.client_env(), tmp_path, unique, tenants=tenant)
+    launcher = Launcher(s.client_env(), tmp_path, unique, tenants=tenant, stack=stack)
     chrome: Chromium | None = None
     try:
         m = launcher.start(LORAPLANE_CACHE_MANAGER_PAGE_PORT=str(page_port),

@@ -16,13 +16,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 from minio import Minio
 from prometheus_client import CollectorRegistry
 
 from loraplane.cache_manager.model import Ref
 from loraplane.devkit.builder import DemoManifest, build_demo
+from loraplane.shared.tls import OPERATOR, WORKER
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from loraplane.worker.app import WorkerApp
@@ -30,6 +30,7 @@ from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
 from tests.support import eventgen as ev
 from tests.support.cache_manager import Bus, Launcher, Registry, describe, is_cmd
+from tests.support.tls import internal_channel, tls_settings
 
 pytestmark = pytest.mark.engine
 HOT = common_pb2.TIER_HOT
@@ -86,7 +87,7 @@ def _worker_settings(stack: Stack, demo: DemoManifest, tmp: Path, worker_id: str
         tokenizer_revision=demo.base_model.tokenizer_revision,
         worker_host_dir=tmp / worker_id, worker_max_loras=HOT_SLOTS, worker_max_cpu_loras=4,
         worker_max_lora_rank=16, worker_state_interval_s=1.0, worker_heat_flush_s=0.5,
-        worker_drain_timeout_s=10.0,
+        worker_drain_timeout_s=10.0, **tls_settings(stack, WORKER),
     )
 
 
@@ -158,7 +159,8 @@ async def worker(env: Env, bus: Bus, unique: str) -> AsyncIterator[RealWorker]:
 
 
 async def _worker_hot(app: RealWorker) -> set[str]:
-    async with grpc.aio.insecure_channel(app.grpc_address) as ch:
+    async with internal_channel(app.env.stack, app.grpc_address, caller=OPERATOR,
+                                server=WORKER) as ch:
         state = await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
             worker_pb2.GetStateRequest(), timeout=5)
     return {f"{p.adapter.tenant_id}/{p.adapter.adapter_name}@{p.adapter.version}"
@@ -177,7 +179,7 @@ async def _wait_hot(app: RealWorker, refs: list[Ref], timeout: float = 20.0) -> 
 
 def _launcher(env: Env, tenant: Tenant, tmp_path: Path, unique: str) -> Launcher:
     return Launcher(env.stack.settings.client_env(), tmp_path, unique,
-                    tenants=tenant.registry.tenant)
+                    tenants=tenant.registry.tenant, stack=env.stack)
 
 
 async def test_burst_loads_on_real_worker_then_manager_restart_changes_nothing(

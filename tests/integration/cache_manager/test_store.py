@@ -15,9 +15,11 @@ from loraplane.policy.factory import make_policy
 from loraplane.policy.model import RequestClass
 from loraplane.policy.stats import VersionStats
 from loraplane.shared.db import create_pool
+from loraplane.shared.tls import CACHE_MANAGER
 from loraplane.stack.stack import Stack
 from tests.support import eventgen as ev
 from tests.support.cache_manager import Registry
+from tests.support.tls import tls_settings
 
 
 async def test_stats_round_trip_keeps_warm_rate_and_gap(stack: Stack, unique: str) -> None:
@@ -49,7 +51,8 @@ async def test_a_shard_flushes_its_own_versions_statistics_only(stack: Stack, un
     another base model's version (a worker's snapshot seeds its last use in every shard)."""
     deployment = f"test-{unique}"
     settings = CacheManagerSettings(postgres_dsn=stack.settings.postgres_dsn,
-                                    cache_manager_consumer_group=deployment)
+                                    cache_manager_consumer_group=deployment,
+                                    **tls_settings(stack, CACHE_MANAGER))
     cfg = load_config()
     svc = CacheManagerService(settings, RulesConfig(), cfg, registry=CollectorRegistry(),
                               shard="base/a")

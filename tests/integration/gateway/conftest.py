@@ -18,7 +18,9 @@ from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.emit import KafkaPublisher
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.shared.codec import decode_record
+from loraplane.shared.tls import GATEWAY, WORKER, TlsFiles
 from loraplane.stack.stack import Stack
+from tests.support.tls import tls_files, tls_settings
 
 
 def free_port() -> int:
@@ -39,11 +41,13 @@ async def publisher(stack: Stack) -> AsyncIterator[KafkaPublisher]:
 
 @asynccontextmanager
 async def gateway_app(stack: Stack, **over: Any) -> AsyncIterator[GatewayApp]:
-    """A gateway in this loop, fed by the test stack's Kafka (no registry bootstrap)."""
+    """A gateway in this loop, fed by the test stack's Kafka (no registry bootstrap),
+    dialling workers with mutual TLS as the ``gateway`` of the stack's dev CA."""
     values: dict[str, Any] = {
         "kafka_bootstrap": stack.settings.kafka_bootstrap, "grpc_port": free_port(),
         "http_port": free_port(), "metrics_port": 0, "bootstrap": False,
         "heat_flush_interval_s": 0.2, "instance_id": f"itest-{free_port()}",
+        **tls_settings(stack, GATEWAY),
     }
     values.update(over)
     app = GatewayApp(GatewaySettings(**values), registry=CollectorRegistry(),
@@ -54,6 +58,12 @@ async def gateway_app(stack: Stack, **over: Any) -> AsyncIterator[GatewayApp]:
         yield app
     finally:
         await app.stop(1)
+
+
+def worker_tls(stack: Stack) -> TlsFiles | None:
+    """What a fake worker (``serve_echo_worker``) serves with: the ``worker`` certificate
+    of the stack's dev CA (the gateway dials it with mutual TLS)."""
+    return tls_files(stack, WORKER)
 
 
 async def read_topic(stack: Stack, topic: str, match: Callable[[Message], bool], *,

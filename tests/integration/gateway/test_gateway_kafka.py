@@ -15,7 +15,7 @@ from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from tests.support.echo_worker import EchoWorker, serve_echo_worker
 
-from .conftest import eventually, gateway_app, publisher, read_topic
+from .conftest import eventually, gateway_app, publisher, read_topic, worker_tls
 from .events import admitted, key_created, key_revoked, promoted, worker_state
 
 
@@ -26,7 +26,7 @@ async def test_views_from_kafka_revocation_heat_prewarm_and_replay(
     base = f"base-{unique}"
     secret = f"lp_{unique}_secret"
     worker = EchoWorker(worker_id=f"w-{unique}", base_models=(base,), hot={901})
-    server = await serve_echo_worker(worker)
+    server = await serve_echo_worker(worker, tls=worker_tls(stack))
     try:
         async with publisher(stack) as pub:
             await pub.publish(topics.TENANT_EVENTS, key_created(tenant, f"k-{unique}",

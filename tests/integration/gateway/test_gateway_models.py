@@ -14,7 +14,7 @@ from loraplane.stack.stack import Stack
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
 from tests.support.echo_worker import EchoWorker, serve_echo_worker
 
-from .conftest import eventually, gateway_app, publisher
+from .conftest import eventually, gateway_app, publisher, worker_tls
 from .events import admitted, key_created, promoted, worker_state
 
 
@@ -25,7 +25,7 @@ async def test_base_model_by_served_name_models_and_empty_model(
     base = f"org-{unique}/tiny"  # a served name is "org/name", as vLLM serves it
     secret = f"lp_{unique}_secret"
     worker = EchoWorker(worker_id=f"w-{unique}", base_models=(base,), hot={911})
-    server = await serve_echo_worker(worker)
+    server = await serve_echo_worker(worker, tls=worker_tls(stack))
     try:
         async with publisher(stack) as pub:
             await pub.publish(topics.TENANT_EVENTS, key_created(tenant, f"k-{unique}",

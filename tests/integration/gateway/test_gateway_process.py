@@ -13,7 +13,9 @@ import urllib.request
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from loraplane.shared.tls import GATEWAY
 from loraplane.stack.stack import Stack
+from tests.support.tls import tls_env
 
 from .conftest import free_port
 
@@ -28,6 +30,7 @@ def test_module_serves_health_metrics_http_and_stops_on_sigterm(stack: Stack) ->
         "LORAPLANE_GATEWAY_METRICS_PORT": str(metrics_port),
         "LORAPLANE_REGISTRY_ADDR": f"127.0.0.1:{free_port()}",  # nobody there: retried
         "LORAPLANE_CACHE_MANAGER_GRPC_PORT": str(free_port()),
+        **tls_env(stack, GATEWAY),  # its registry and cache-manager channels: mutual TLS
     }
     proc = subprocess.Popen([sys.executable, "-m", "loraplane.gateway"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -21,11 +21,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loraplane.gateway.auth import key_hash
 from loraplane.shared import topics
+from loraplane.shared.tls import GATEWAY
 from loraplane.stack.stack import Stack
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
 from tests.support.echo_worker import EchoWorker, serve_echo_worker
+from tests.support.tls import tls_env
 
-from .conftest import eventually, free_port, publisher, read_topic
+from .conftest import eventually, free_port, publisher, read_topic, worker_tls
 from .events import admitted, key_created, promoted, worker_state
 
 REQUESTS = 40
@@ -53,7 +55,7 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
 ) -> None:
     tenant, base, secret = f"t-{unique}", f"base-{unique}", f"lp_{unique}_secret"
     worker = EchoWorker(worker_id=f"w-{unique}", base_models=(base,), hot={901})
-    server = await serve_echo_worker(worker)
+    server = await serve_echo_worker(worker, tls=worker_tls(stack))
     grpc_port, http_port = free_port(), free_port()
     metrics = [free_port(), free_port()]
     procs: list[subprocess.Popen[bytes]] = []
@@ -75,6 +77,7 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
                 "LORAPLANE_GATEWAY_PROCESSES": "2", "LORAPLANE_GATEWAY_PROCESS_INDEX": str(i),
                 "LORAPLANE_GATEWAY_BOOTSTRAP": "false", "LORAPLANE_GATEWAY_HEAT_FLUSH_INTERVAL_S":
                     "0.2",
+                **tls_env(stack, GATEWAY),
             }
             envs.append(env)
             procs.append(_spawn(env, logs[i]))

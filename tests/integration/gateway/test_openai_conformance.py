@@ -39,10 +39,12 @@ from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.auth import key_hash
 from loraplane.shared import topics
 from loraplane.shared.errors import LoraplaneError
+from loraplane.shared.tls import WORKER
 from loraplane.stack.stack import Stack
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
+from tests.support.tls import tls_settings
 
 from .conftest import eventually, gateway_app, publisher
 from .events import admitted, key_created, promoted
@@ -86,7 +88,7 @@ async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
         base_model_dir=demo.base_model.dir, trusted_keys=str(demo.keys.public_key),
         tokenizer_revision=demo.base_model.tokenizer_revision,
         worker_host_dir=work / "worker-host", worker_state_interval_s=1.0,
-        worker_heat_flush_s=0.5, worker_drain_timeout_s=10.0,
+        worker_heat_flush_s=0.5, worker_drain_timeout_s=10.0, **tls_settings(stack, WORKER),
     )
     engine = await VllmEngine.start(demo.base_model.dir, wsettings.engine_options())
     worker = WorkerApp(wsettings, engine, registry=CollectorRegistry())

@@ -40,12 +40,14 @@ from loraplane.gateway.settings import GatewaySettings
 from loraplane.registry.app import RegistryApp
 from loraplane.shared.errors import LoraplaneError
 from loraplane.shared.migrations import migrate_up
+from loraplane.shared.tls import GATEWAY, OPERATOR, WORKER
 from loraplane.stack.stack import Stack
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
 from tests.support.cache_manager import Launcher, Manager
 from tests.support.registry import TOKEN, registry_settings
+from tests.support.tls import tls_env, tls_settings
 
 
 def free_port() -> int:
@@ -102,6 +104,7 @@ async def control_plane(stack: Stack, work: Path, demo: DemoManifest, *, name: s
                     admission_tenant_keys_dir=work / "tenant-keys",
                     admission_quarantine_dir=work / "quarantine",
                     admission_probe_interval_s=1.0, instance_id=f"adm-{unique}",
+                    **tls_settings(stack, "admission"),
                 ),
                 registry=CollectorRegistry(), serve_metrics=False,
             )
@@ -113,6 +116,7 @@ async def control_plane(stack: Stack, work: Path, demo: DemoManifest, *, name: s
                     "LORAPLANE_REGISTRY_ACTOR": actor,
                     **s.s3_env(),
                     "LORAPLANE_ARTIFACT_BUCKET": s.artifact_bucket,
+                    **tls_env(stack, OPERATOR),
                 })
             finally:
                 await admission.stop()
@@ -137,6 +141,7 @@ def worker_settings(stack: Stack, demo: DemoManifest, work: Path, worker_id: str
         "tokenizer_revision": demo.base_model.tokenizer_revision,
         "worker_host_dir": work / "worker-host", "worker_max_lora_rank": 16,
         "worker_state_interval_s": 1.0, "worker_heat_flush_s": 0.5,
+        **tls_settings(stack, WORKER),
     }
     values.update(overrides)
     return WorkerSettings(**values)
@@ -172,7 +177,7 @@ def gateway_settings(stack: Stack, cp: ControlPlane, demo: DemoManifest, *,
         "http_port": free_port(), "metrics_port": 0, "registry_addr": cp.registry.address,
         "registry_token": TOKEN, "cache_manager_addr": f"127.0.0.1:{free_port()}",
         "default_base_model": demo.base_model.name, "heat_flush_interval_s": 0.5,
-        "instance_id": instance_id,
+        "instance_id": instance_id, **tls_settings(stack, GATEWAY),
     }
     values.update(overrides)
     return GatewaySettings(**values)
@@ -217,7 +222,7 @@ async def managed_gateway(stack: Stack, cp: ControlPlane, demo: DemoManifest, wo
     try:
         await gateway.wait_ready(60)
         launcher = Launcher({**stack.settings.client_env(), "LORAPLANE_POSTGRES_DSN": cp.dsn},
-                            work, unique, tenants=tenant)
+                            work, unique, tenants=tenant, stack=stack)
         try:
             key = await tenant_with_key(cp.cli_env, tenant)
             manager = launcher.start(

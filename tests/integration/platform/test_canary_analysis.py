@@ -61,6 +61,7 @@ from loraplane.cache_manager.model import Ref
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.shared.errors import LoraplaneError
+from loraplane.shared.tls import OPERATOR, WORKER
 from loraplane.stack.stack import Stack
 from loraplane.v1 import (
     common_pb2,
@@ -82,6 +83,7 @@ from tests.integration.platform.support import (
 from tests.support import eventgen as eg
 from tests.support.cache_manager import Bus, Launcher, Manager
 from tests.support.registry import TOKEN
+from tests.support.tls import internal_channel
 
 pytestmark = pytest.mark.engine
 
@@ -180,7 +182,7 @@ async def canaries(stack: Stack, tmp_path_factory: pytest.TempPathFactory
         await gateway.start()
         await gateway.wait_ready(60)
         launcher = Launcher({**stack.settings.client_env(), "LORAPLANE_POSTGRES_DSN": cp.dsn},
-                            work, unique, tenants=tenant)
+                            work, unique, tenants=tenant, stack=stack)
         try:
             await run_cli(cp.cli_env, "tenants", "create", tenant, "--priority", "gold")
             key = json.loads((await run_cli(cp.cli_env, "keys", "create", tenant, "--json")
@@ -728,7 +730,8 @@ async def test_d_canary_whose_requests_fail_after_load_is_aborted_within_the_rul
         resumed_at = time.monotonic()
 
         async def out_of_hot_on_b() -> bool:
-            async with grpc.aio.insecure_channel(b_address) as ch:
+            async with internal_channel(c.stack, b_address, caller=OPERATOR,
+                                        server=WORKER) as ch:
                 state = await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
                     worker_pb2.GetStateRequest(), timeout=10)
             return not any((pl.adapter.adapter_name, pl.adapter.version) == (name, v2)
@@ -751,9 +754,10 @@ async def test_d_canary_whose_requests_fail_after_load_is_aborted_within_the_rul
         gc.collect()
 
 
-async def hot_on_worker(address: str, name: str, version: str) -> bool:
-    """Whether the worker at ``address`` itself (its ``GetState``) holds the version HOT."""
-    async with grpc.aio.insecure_channel(address) as ch:
+async def hot_on_worker(stack: Stack, address: str, name: str, version: str) -> bool:
+    """Whether the worker at ``address`` itself (its ``GetState``, asked as an operator)
+    holds the version HOT."""
+    async with internal_channel(stack, address, caller=OPERATOR, server=WORKER) as ch:
         state = await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
             worker_pb2.GetStateRequest(), timeout=10)
     return any((pl.adapter.adapter_name, pl.adapter.version) == (name, version)
@@ -799,7 +803,7 @@ async def test_e_failing_stable_is_withdrawn_once_across_leader_kills_and_leaves
     for n in (name, ref_name):  # first releases: no rollback target
         await c.cli("promote", f"{c.tenant}/{n}", v1, "--reason", "canary test")
         await stable_hot(c, n, v1)
-    assert await hot_on_worker(c.worker_address, name, v1)
+    assert await hot_on_worker(c.stack, c.worker_address, name, v1)
 
     async def withdrawals() -> list[Any]:
         conn = await asyncpg.connect(c.dsn)
@@ -849,7 +853,7 @@ async def test_e_failing_stable_is_withdrawn_once_across_leader_kills_and_leaves
             led_at = time.monotonic()
 
             async def out_of_hot() -> bool:
-                return not await hot_on_worker(c.worker_address, name, v1)
+                return not await hot_on_worker(c.stack, c.worker_address, name, v1)
 
             # drained (the worker's drain timeout) and taken out of HOT
             await eventually(out_of_hot, timeout_s=ABORT_BOUND_S, every_s=0.25)

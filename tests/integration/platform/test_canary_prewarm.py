@@ -39,6 +39,7 @@ import pytest
 from loraplane.cache_manager.canary_runner import ACTOR, REASON_PREFIX
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
+from loraplane.shared.tls import OPERATOR, WORKER
 from loraplane.stack.stack import Stack
 from loraplane.v1 import (
     common_pb2,
@@ -60,6 +61,7 @@ from tests.integration.platform.support import (
     serving_worker,
 )
 from tests.support.cache_manager import Manager
+from tests.support.tls import internal_channel
 
 pytestmark = pytest.mark.engine
 
@@ -78,6 +80,7 @@ SHARE_BOUND_S = 120.0
 
 @dataclass
 class Platform:
+    stack: Stack
     demo: DemoManifest
     dsn: str
     cli_env: dict[str, str]
@@ -121,7 +124,7 @@ async def platform(
             managed_gateway(stack, cp, demo, work, unique=unique, tenant=tenant, rules=RULES,
                             LORAPLANE_CACHE_MANAGER_CANARY_INTERVAL_S="0.5")
         )
-        yield Platform(demo, cp.dsn, cp.cli_env, m.gateway, workers, m.manager, tenant, m.key,
+        yield Platform(stack, demo, cp.dsn, cp.cli_env, m.gateway, workers, m.manager, tenant, m.key,
                        work)
 
 
@@ -129,7 +132,8 @@ async def worker_states(p: Platform) -> dict[str, events_pb2.WorkerState]:
     """Each worker's own answer to ``GetState``."""
     out = {}
     for w in p.workers:
-        async with grpc.aio.insecure_channel(w.grpc_address) as ch:
+        async with internal_channel(p.stack, w.grpc_address, caller=OPERATOR,
+                                    server=WORKER) as ch:
             out[w.settings.worker_id] = await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
                 worker_pb2.GetStateRequest(), timeout=5
             )

@@ -45,6 +45,7 @@ from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.registry.app import RegistryApp
 from loraplane.shared.errors import LoraplaneError
+from loraplane.shared.tls import GATEWAY
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
@@ -59,6 +60,7 @@ from tests.integration.platform.support import (
 )
 from tests.support.cache_manager import Launcher, Manager
 from tests.support.registry import TOKEN
+from tests.support.tls import tls_settings
 
 pytestmark = pytest.mark.engine
 
@@ -151,7 +153,7 @@ async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
         await gateway.wait_ready(60)
 
         launcher = Launcher({**stack.settings.client_env(), "LORAPLANE_POSTGRES_DSN": cp.dsn},
-                            work, unique, tenants=f"{tenant_a},{tenant_b}")
+                            work, unique, tenants=f"{tenant_a},{tenant_b}", stack=stack)
         p = Platform(stack, demo, cp.dsn, cp.registry, worker, gateway, launcher, cm_port,
                      cp.cli_env, tenant_a, tenant_b, work)
         try:
@@ -403,6 +405,7 @@ async def test_release_cold_hot_canary_rollback_refusals_revocation_bootstrap(
             http_port=0, metrics_port=0, registry_addr=p.registry.address,
             registry_token=TOKEN, cache_manager_addr=f"127.0.0.1:{p.manager.grpc_port}",
             consume_events=False, instance_id="gw-bootstrap",
+            **tls_settings(p.stack, GATEWAY),
         ),
         registry=CollectorRegistry(), serve_metrics=False,
     )

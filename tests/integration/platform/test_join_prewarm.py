@@ -33,6 +33,7 @@ import pytest
 
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
+from loraplane.shared.tls import CACHE_MANAGER, GATEWAY, OPERATOR, WORKER
 from loraplane.stack.stack import Stack
 from loraplane.v1 import (
     cache_pb2,
@@ -56,6 +57,7 @@ from tests.integration.platform.support import (
     serving_worker,
 )
 from tests.support.cache_manager import Manager
+from tests.support.tls import internal_channel
 
 pytestmark = pytest.mark.engine
 
@@ -119,9 +121,10 @@ def version_of(p: Platform, name: str) -> str:
     return next(a.version for a in p.demo.adapters if a.name == name)
 
 
-async def state_of(w: WorkerApp) -> events_pb2.WorkerState:
-    """The worker's own answer to ``GetState``."""
-    async with grpc.aio.insecure_channel(w.grpc_address) as ch:
+async def state_of(p: Platform, w: WorkerApp) -> events_pb2.WorkerState:
+    """The worker's own answer to ``GetState`` (asked as an operator)."""
+    async with internal_channel(p.stack, w.grpc_address, caller=OPERATOR,
+                                server=WORKER) as ch:
         return await worker_pb2_grpc.WorkerInternalStub(ch).GetState(
             worker_pb2.GetStateRequest(), timeout=5
         )
@@ -166,14 +169,16 @@ async def on_worker(p: Platform, w: WorkerApp, name: str, rid: str) -> inference
         artifact_uri=info.artifact_uri, rank=info.rank, size_bytes=info.size_bytes,
     )
     wreq.adapter.CopyFrom(info.ref())
-    async with grpc.aio.insecure_channel(w.grpc_address) as ch:
+    async with internal_channel(p.stack, w.grpc_address, caller=GATEWAY,
+                                server=WORKER) as ch:
         msgs = [m async for m in worker_pb2_grpc.WorkerInternalStub(ch).Generate(
             wreq, timeout=90)]
     return msgs[0].resolved
 
 
 async def decisions(p: Platform, worker_id: str) -> list[cache_pb2.Decision]:
-    async with grpc.aio.insecure_channel(p.manager_addr) as ch:
+    async with internal_channel(p.stack, p.manager_addr, caller=OPERATOR,
+                                server=CACHE_MANAGER) as ch:
         resp = await cache_pb2_grpc.CacheManagerStub(ch).ListDecisions(
             cache_pb2.ListDecisionsRequest(limit=500, worker_id=worker_id, tenant_id=p.tenant),
             timeout=5)
@@ -250,7 +255,7 @@ async def test_a_joining_worker_holds_the_hottest_versions_before_its_first_requ
         hottest = sorted(REQUESTS, key=lambda n: -REQUESTS[n])[:TOP]
 
         async def holds_hottest() -> dict[str, int] | None:
-            held = tiers(p, await state_of(joiner))
+            held = tiers(p, await state_of(p, joiner))
             return held if all(n in held for n in hottest) else None
 
         held = await eventually(holds_hottest, timeout_s=HELD_BOUND_S, every_s=0.2)

@@ -32,7 +32,6 @@ cache-manager, each a service process of its own (``python -m loraplane.<service
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import os
 import signal
@@ -49,9 +48,6 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings
@@ -71,7 +67,6 @@ from loraplane.shared.tls import (
     TlsFiles,
     secure_or_insecure_aio_channel,
 )
-from loraplane.stack.certs import CertFiles, ensure_dev_pki, issue, make_ca, write_identity
 from loraplane.stack.stack import Stack
 from loraplane.v1 import (
     cache_pb2,
@@ -85,50 +80,12 @@ from loraplane.v1 import (
 from tests.integration.platform.support import worker_settings
 from tests.support.cache_manager import REPO, Launcher, Manager, free_port
 from tests.support.registry import TOKEN, registry_settings
+from tests.support.tls import Pki, make_pki
 
 pytestmark = pytest.mark.engine
 
 TENANT_KEY = "lp_live_tenant_key_of_acme_0123456789"
 """What a tenant holds: an API key (no certificate)."""
-
-
-@dataclass
-class Pki:
-    ours: dict[str, CertFiles]
-    foreign: TlsFiles
-    """A ``gateway`` certificate of another CA."""
-    expired: TlsFiles
-    """A ``gateway`` certificate of our CA, expired yesterday."""
-
-    def of(self, identity: str) -> TlsFiles:
-        f = self.ours[identity]
-        return TlsFiles(f.ca, f.cert, f.key)
-
-    def env(self, identity: str) -> dict[str, str]:
-        f = self.ours[identity]
-        return {"LORAPLANE_TLS_CA_FILE": str(f.ca), "LORAPLANE_TLS_CERT_FILE": str(f.cert),
-                "LORAPLANE_TLS_KEY_FILE": str(f.key)}
-
-    def settings(self, identity: str) -> dict[str, str]:
-        f = self.ours[identity]
-        return {"tls_ca_file": str(f.ca), "tls_cert_file": str(f.cert),
-                "tls_key_file": str(f.key)}
-
-
-def make_pki(root: Path) -> Pki:
-    ours = ensure_dev_pki(root / "pki")
-    ca_cert = x509.load_pem_x509_certificate(ours[GATEWAY].ca.read_bytes())
-    ca_key = serialization.load_pem_private_key((root / "pki" / "ca.key").read_bytes(), None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-    now = dt.datetime.now(dt.UTC)
-    cert, key = issue(GATEWAY, ca_cert, ca_key, not_before=now - dt.timedelta(days=3),
-                      not_after=now - dt.timedelta(days=1))
-    expired = write_identity(root / "expired", GATEWAY, cert, key, ours[GATEWAY].ca)
-    other_ca, other_key = make_ca("another CA")
-    cert, key = issue(GATEWAY, other_ca, other_key)
-    foreign = write_identity(root / "foreign", GATEWAY, cert, key, ours[GATEWAY].ca)
-    return Pki(ours, foreign=TlsFiles(foreign.ca, foreign.cert, foreign.key),
-               expired=TlsFiles(expired.ca, expired.cert, expired.key))
 
 
 T = TypeVar("T")
@@ -249,7 +206,7 @@ async def secured(stack: Stack, tmp_path_factory: pytest.TempPathFactory
                                 worker_grpc_port=ports["worker"][0],
                                 worker_metrics_port=ports["worker"][1], **pki.settings(WORKER))
     started: list[Service] = []
-    launcher = Launcher(stack.settings.client_env(), work, f"mtls-{unique}")
+    launcher = Launcher(stack.settings.client_env(), work, f"mtls-{unique}", stack=stack)
     try:
         started.append(await _launch("registry", "loraplane.registry",
                                      {**base, **_env_of(reg_settings)}, *ports["registry"],

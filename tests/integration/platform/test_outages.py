@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.gateway.app import GatewayApp
 from loraplane.gateway.placement import ANSWERING
+from loraplane.shared.tls import GATEWAY, WORKER
 from loraplane.stack.components import Component
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -48,6 +49,7 @@ from tests.integration.platform.support import (
     serving_worker,
     tenant_with_key,
 )
+from tests.support.tls import internal_channel
 
 pytestmark = pytest.mark.engine
 
@@ -294,7 +296,8 @@ async def _cold_load(p: Platform, version: str) -> grpc.aio.AioRpcError | None:
     req.adapter.tenant_id, req.adapter.adapter_name, req.adapter.version = (
         TENANT, "support", version)
     req.adapter.base_model = p.demo.base_model.name
-    async with grpc.aio.insecure_channel(p.worker.grpc_address) as ch:
+    async with internal_channel(p.stack, p.worker.grpc_address, caller=GATEWAY,
+                                server=WORKER) as ch:
         try:
             [m async for m in worker_pb2_grpc.WorkerInternalStub(ch).Generate(req, timeout=60)]
         except grpc.aio.AioRpcError as err:

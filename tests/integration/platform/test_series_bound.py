@@ -41,11 +41,13 @@ from loraplane.gateway.auth import key_hash
 from loraplane.gateway.emit import KafkaPublisher
 from loraplane.gateway.settings import GatewaySettings
 from loraplane.shared import topics
+from loraplane.shared.tls import GATEWAY
 from loraplane.shared.topics import new_meta
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.null_engine import NullEngine
+from tests.support.tls import tls_settings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "worker"))
 sys.path.insert(0, str(Path(__file__).parent))
@@ -140,7 +142,7 @@ async def platform(stack: Stack, unique: str, tmp_path: Path
         kafka_bootstrap=stack.settings.kafka_bootstrap, grpc_port=free_port(),
         http_port=free_port(), metrics_port=0, bootstrap=False, heat_flush_interval_s=0.5,
         instance_id=f"series-{unique}", default_base_model=demo.base_model.name,
-        cache_manager_addr=f"127.0.0.1:{free_port()}",
+        cache_manager_addr=f"127.0.0.1:{free_port()}", **tls_settings(stack, GATEWAY),
     ), registry=CollectorRegistry(), serve_metrics=False)
     await gateway.start()
     pub = KafkaPublisher(stack.settings.kafka(), client_id=f"series-{unique}")

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
-import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -21,19 +20,21 @@ from loraplane.registry.app import RegistryApp
 from loraplane.registry.settings import RegistrySettings
 from loraplane.shared.migrations import migrate_up
 from loraplane.shared.outbox import PublishedRow
+from loraplane.shared.tls import OPERATOR, REGISTRY_ID
 from loraplane.stack.stack import Stack
 from loraplane.v1 import registry_pb2 as R
 from loraplane.v1 import registry_pb2_grpc
 from tests.support.registry import Registry, registry_settings
+from tests.support.tls import internal_channel
 
 
 @asynccontextmanager
-async def _running(settings: RegistrySettings) -> AsyncIterator[Registry]:
+async def _running(stack: Stack, settings: RegistrySettings) -> AsyncIterator[Registry]:
     metrics = CollectorRegistry()
     published: list[PublishedRow] = []
     app = RegistryApp(settings, registry=metrics, serve_metrics=False, on_published=published)
     await app.start()
-    channel = grpc.aio.insecure_channel(app.address)
+    channel = internal_channel(stack, app.address, caller=OPERATOR, server=REGISTRY_ID)
     try:
         yield Registry(app=app, stub=registry_pb2_grpc.RegistryAdminStub(channel),
                        metrics=metrics, published=published,
@@ -53,7 +54,7 @@ async def registry(stack: Stack) -> AsyncIterator[Registry]:
     the session database, so its relay may be on standby behind another registry's.
     """
     settings = registry_settings(stack, registry_topic_prefix=f"rt{uuid.uuid4().hex[:8]}.")
-    async with _running(settings) as reg:
+    async with _running(stack, settings) as reg:
         yield reg
 
 
@@ -69,7 +70,7 @@ async def isolated_registry(stack: Stack, unique: str) -> AsyncIterator[Registry
         await asyncio.to_thread(migrate_up, dsn)
         settings = registry_settings(stack, postgres_dsn=dsn,
                                      registry_topic_prefix=f"ri{unique}.")
-        async with _running(settings) as reg:
+        async with _running(stack, settings) as reg:
             yield reg
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')

@@ -35,8 +35,10 @@ import pytest
 
 from loraplane.devkit.builder import DemoManifest, build_demo
 from loraplane.shared.signing import sign_directory
+from loraplane.shared.tls import GATEWAY, OPERATOR, REGISTRY_ID
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES
 from loraplane.stack.stack import Stack
+from tests.support.tls import tls_env
 
 TOKEN = "e2e-operator-token-0123456789"
 LOGS = Path(os.environ.get("LORAPLANE_TEST_LOGS", "/tmp"))
@@ -134,6 +136,7 @@ async def e2e(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
         "LORAPLANE_REGISTRY_TOPIC_PREFIX": ns,
         "LORAPLANE_REGISTRY_GRACE_S": "1",
         "LORAPLANE_INSTANCE_ID": "registry-e2e",
+        **tls_env(stack, REGISTRY_ID),
     }
     empty = work / "no-tenant-keys"
     empty.mkdir()
@@ -148,6 +151,7 @@ async def e2e(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
         "LORAPLANE_ADMISSION_QUARANTINE_DIR": str(work / "quarantine"),
         "LORAPLANE_ADMISSION_PROBE_INTERVAL_S": "1",
         "LORAPLANE_INSTANCE_ID": "admission-e2e",
+        **tls_env(stack, "admission"),
     }
     registry = await _start("loraplane.registry", registry_env, "registry ready",
                             LOGS / f"registry-{ns}log")
@@ -157,7 +161,8 @@ async def e2e(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
                                  LOGS / f"admission-{ns}log")
         cli_env = {**base, "LORAPLANE_REGISTRY_ADDR": f"127.0.0.1:{port}",
                    "LORAPLANE_REGISTRY_OPERATOR_TOKEN": TOKEN,
-                   "LORAPLANE_REGISTRY_ACTOR": "ci/e2e-pipeline", "COLUMNS": "200"}
+                   "LORAPLANE_REGISTRY_ACTOR": "ci/e2e-pipeline", "COLUMNS": "200",
+                   **tls_env(stack, OPERATOR)}
         yield E2E(cli_env, registry, metrics_port, demo, work, admission)
     finally:
         if admission is not None:
@@ -236,12 +241,15 @@ async def test_tampered_release_is_rejected_with_every_reason(e2e: E2E, unique: 
     assert {"REJECTION_CODE_DIGEST_MISMATCH", "REJECTION_CODE_NON_FINITE"} <= codes
 
 
-async def test_bad_input_and_auth_exit_nonzero(e2e: E2E, unique: str) -> None:
+async def test_bad_input_and_auth_exit_nonzero(e2e: E2E, stack: Stack, unique: str) -> None:
     adapter = e2e.adapter_copy("bad-input", keep_signature=True)
     rc, _, err = await e2e.cli(*e2e.release_args(adapter, f"nobody-{unique}", "v1"))
     assert rc == 1 and "NOT_FOUND" in err
     env = dict(e2e.env)
     e2e.env["LORAPLANE_REGISTRY_OPERATOR_TOKEN"] = "not-the-operator-token"
+    # a certificate of the platform that is not the operator's (the operator's alone
+    # administers): the token decides
+    e2e.env.update(tls_env(stack, GATEWAY))
     try:
         rc, _, err = await e2e.cli("tenants", "list")
     finally:

@@ -12,10 +12,12 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from loraplane.shared.tls import GATEWAY, OPERATOR, REGISTRY_ID, WORKER
 from loraplane.shared.topics import ADAPTER_LIFECYCLE, ADAPTER_RELEASES, TENANT_EVENTS
 from loraplane.stack.stack import Stack
-from loraplane.v1 import common_pb2, events_pb2, registry_pb2
+from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
 from tests.support.registry import BASE, Registry, record
+from tests.support.tls import internal_channel, tls_files
 
 Code = grpc.StatusCode
 R = registry_pb2
@@ -24,29 +26,41 @@ R = registry_pb2
 # --------------------------------------------------------------------------- auth
 
 
-async def test_operator_token_is_required(registry: Registry, unique: str) -> None:
+async def test_operator_token_is_required(stack: Stack, registry: Registry, unique: str) -> None:
+    """A caller whose certificate is not the operator's (the gateway's bootstrap, with
+    mutual TLS on) administers with the operator token only; the operator's certificate
+    is enough by itself. Without TLS nobody has a certificate: no token is
+    UNAUTHENTICATED."""
     req = R.ListTenantsRequest()
-    assert await registry.status_of("ListTenants", req, md=()) == Code.UNAUTHENTICATED
-    assert await registry.status_of(
-        "ListTenants", req, md=(("authorization", "Basic abc"),)) == Code.UNAUTHENTICATED
-    assert await registry.status_of(
-        "ListTenants", req, md=(("authorization", "Bearer wrong-token-xxxxxxxx"),)
-    ) == Code.PERMISSION_DENIED
-    assert await registry.status_of("ListTenants", req) == Code.OK
-    # A tenant's API key is never accepted by the registry.
-    tenant = await registry.tenant(unique)
-    key = await registry.call("CreateApiKey", R.CreateApiKeyRequest(tenant_id=tenant))
-    assert await registry.status_of(
-        "ListTenants", req, md=(("authorization", f"Bearer {key.secret}"),)
-    ) == Code.PERMISSION_DENIED
+    missing = Code.PERMISSION_DENIED if tls_files(stack, GATEWAY) else Code.UNAUTHENTICATED
+    async with internal_channel(stack, registry.app.address, caller=GATEWAY,
+                                server=REGISTRY_ID) as ch:
+        gateway = registry_pb2_grpc.RegistryAdminStub(ch)
+        assert await registry.status_of("ListTenants", req, md=(), stub=gateway) == missing
+        assert await registry.status_of(
+            "ListTenants", req, md=(("authorization", "Basic abc"),), stub=gateway) == missing
+        assert await registry.status_of(
+            "ListTenants", req, md=(("authorization", "Bearer wrong-token-xxxxxxxx"),),
+            stub=gateway) == Code.PERMISSION_DENIED
+        assert await registry.status_of("ListTenants", req, stub=gateway) == Code.OK
+        # A tenant's API key is never accepted by the registry.
+        tenant = await registry.tenant(unique)
+        key = await registry.call("CreateApiKey", R.CreateApiKeyRequest(tenant_id=tenant))
+        assert await registry.status_of(
+            "ListTenants", req, md=(("authorization", f"Bearer {key.secret}"),), stub=gateway
+        ) == Code.PERMISSION_DENIED
     # Refused calls are counted by code.
     assert registry.metric("loraplane_rpc_requests_total", {
         "service": "loraplane.v1.RegistryAdmin", "method": "ListTenants",
         "code": "PERMISSION_DENIED"}) >= 2
+    if tls_files(stack, OPERATOR):
+        assert await registry.status_of("ListTenants", req, md=()) == Code.OK
 
 
-async def test_health_and_reflection_need_no_token(registry: Registry) -> None:
-    async with grpc.aio.insecure_channel(registry.app.address) as ch:
+async def test_health_and_reflection_need_no_token(stack: Stack, registry: Registry) -> None:
+    # any caller with a certificate of the platform's CA (here: a worker's)
+    async with internal_channel(stack, registry.app.address, caller=WORKER,
+                                server=REGISTRY_ID) as ch:
         health = health_pb2_grpc.HealthStub(ch)
         resp = await health.Check(health_pb2.HealthCheckRequest(
             service="loraplane.v1.RegistryAdmin"))

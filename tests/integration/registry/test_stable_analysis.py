@@ -28,10 +28,13 @@ from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import ApplyResult
 from loraplane.cache_manager.model import Pointers
 from loraplane.cache_manager.state import Applied, State
+from loraplane.shared.tls import CACHE_MANAGER
 from loraplane.shared.topics import new_meta
+from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2
 from loraplane.v1 import registry_pb2 as R
 from tests.support.registry import TOKEN, Registry
+from tests.support.tls import tls_files
 
 RULES = AnalysisRules(min_requests=10, window_s=600, dwell_s=60)
 
@@ -57,7 +60,7 @@ async def pointers(registry: Registry, tid: str, name: str) -> Pointers:
 
 
 async def test_failing_stable_is_rolled_back_once_through_the_registry_audited(
-    registry: Registry, unique: str
+    stack: Stack, registry: Registry, unique: str
 ) -> None:
     tid = await registry.tenant(unique)
     name, other = "bot", "faq"
@@ -73,7 +76,8 @@ async def test_failing_stable_is_rolled_back_once_through_the_registry_audited(
     assert state.pointers[f"{tid}/{name}"].rollback_target == "v1"
 
     assert registry.app.pool is not None
-    actions = GrpcRegistryActions(registry.app.address, TOKEN)
+    actions = GrpcRegistryActions(registry.app.address, TOKEN,
+                                  tls=tls_files(stack, CACHE_MANAGER))  # the cache-manager's
     runner = CanaryRunner(lambda _t, _a: RULES, actions,
                           PgRunStore(registry.app.pool, f"cm-test-{unique}"), CanaryWindow())
     withdrawn: list[str] = []
@@ -109,7 +113,7 @@ async def test_failing_stable_is_rolled_back_once_through_the_registry_audited(
 
 
 async def test_a_withdrawal_is_audited_kept_by_the_registry_across_a_leader_change(
-    registry: Registry, unique: str
+    stack: Stack, registry: Registry, unique: str
 ) -> None:
     """A failing stable version with no version to fall back to is withdrawn through the
     registry (``version.withdraw`` by ``system/canary-analysis`` with the figures, the
@@ -145,7 +149,8 @@ async def test_a_withdrawal_is_audited_kept_by_the_registry_across_a_leader_chan
                       completions(tid, name, "v1", 30, failed=12, tag=tag)):
             observe(runner.window, batch, ApplyResult(Applied()), now)
 
-    actions = GrpcRegistryActions(registry.app.address, TOKEN)
+    actions = GrpcRegistryActions(registry.app.address, TOKEN,
+                                  tls=tls_files(stack, CACHE_MANAGER))  # the cache-manager's
     try:
         first, held = leader(actions)
         await first.start()

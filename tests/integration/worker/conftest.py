@@ -15,7 +15,6 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -40,6 +39,7 @@ from worker_support import (
     ReportWatcher,
     Running,
     Uploaded,
+    gateway_channel,
     upload,
     worker_settings,
 )
@@ -111,7 +111,7 @@ async def running(env: Env) -> AsyncIterator[Running]:
     await producer.start()
     watcher = ReportWatcher(bootstrap, settings.worker_id, f"watch-{env.run_id}")
     await watcher.start()
-    channel = grpc.aio.insecure_channel(app.grpc_address)
+    channel = gateway_channel(env.stack, app)
     run = Running(env, settings, app, registry, channel,
                   worker_pb2_grpc.WorkerInternalStub(channel), producer, watcher)
     try:

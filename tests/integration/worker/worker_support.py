@@ -16,12 +16,14 @@ from prometheus_client import CollectorRegistry
 
 from loraplane.devkit.builder import DemoManifest
 from loraplane.shared import codec, topics
+from loraplane.shared.tls import GATEWAY, WORKER
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, worker_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.host_tier import ArtifactSpec
 from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
+from tests.support.tls import internal_channel, tls_settings
 
 PROMPT = "Hello, how can I help you today?"
 MAX_TOKENS = 16
@@ -83,7 +85,13 @@ def worker_settings(stack: Stack, demo: DemoManifest, host_dir: Path, run_id: st
         worker_state_interval_s=2.0,
         worker_heat_flush_s=0.5,
         worker_drain_timeout_s=60.0,
+        **tls_settings(stack, WORKER),
     )
+
+
+def gateway_channel(stack: Stack, app: WorkerApp) -> grpc.aio.Channel:
+    """A channel to the worker as the gateway (who serves through it) would open it."""
+    return internal_channel(stack, app.grpc_address, caller=GATEWAY, server=WORKER)
 
 
 @dataclass
@@ -109,7 +117,7 @@ class Running:
         self.registry = CollectorRegistry()
         self.app = WorkerApp(self.settings, self.env.engine, registry=self.registry)
         await self.app.start()
-        self.channel = grpc.aio.insecure_channel(self.app.grpc_address)
+        self.channel = gateway_channel(self.env.stack, self.app)
         self.stub = worker_pb2_grpc.WorkerInternalStub(self.channel)
         return self.app
 

@@ -25,7 +25,13 @@ def test_a_callers_value_replaces_the_default_and_its_other_options_stay() -> No
     assert len(keys) == len(set(keys))  # one value per key, not two for gRPC to pick from
     assert dict(got)["grpc.max_reconnect_backoff_ms"] == 5000
     assert dict(got)["grpc.keepalive_time_ms"] == 30_000
-    assert dict(got)["grpc.min_reconnect_backoff_ms"] == 200
+    assert dict(got)["grpc.initial_reconnect_backoff_ms"] == 200
+
+
+def test_a_connection_attempt_keeps_grpcs_own_timeout() -> None:
+    """gRPC reads ``grpc.min_reconnect_backoff_ms`` as the shortest time one connection
+    attempt may take: 200 ms there cut TLS handshakes short on a busy host."""
+    assert "grpc.min_reconnect_backoff_ms" not in dict(channel_options())
 
 
 @pytest.mark.parametrize("aio", [True, False])

@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
@@ -37,12 +32,11 @@ from loraplane.shared.stderr_tee import REASONS, StderrTee, classify, counting_p
 from loraplane.shared.tls import (
     GATEWAY,
     WORKER,
-    TlsFiles,
     count_handshake_refusals,
     secure_or_insecure_aio_channel,
     server_name_option,
 )
-from loraplane.stack.certs import ensure_dev_pki, issue, make_ca, write_identity
+from tests.support.tls import Pki, make_pki
 
 # What gRPC core (grpcio 1.85.3) logged, server side, for each case (timestamps and
 # thread ids as observed on the development machine).
@@ -63,34 +57,9 @@ OBSERVED = {
 TENANT_KEY = "lp_live_tenant_key_of_acme_0123456789"
 
 
-@dataclass
-class Pki:
-    ca: bytes
-    ours: dict[str, TlsFiles]
-    foreign: TlsFiles
-    expired: TlsFiles
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    root = tmp_path_factory.mktemp("handshake-pki")
-    ours = ensure_dev_pki(root / "pki", (GATEWAY, WORKER))
-    ca_cert = x509.load_pem_x509_certificate(ours[GATEWAY].ca.read_bytes())
-    ca_key = serialization.load_pem_private_key((root / "pki" / "ca.key").read_bytes(), None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-    now = dt.datetime.now(dt.UTC)
-    cert, key = issue(GATEWAY, ca_cert, ca_key, not_before=now - dt.timedelta(days=3),
-                      not_after=now - dt.timedelta(days=1))
-    expired = write_identity(root / "expired", GATEWAY, cert, key, ours[GATEWAY].ca)
-    other_ca, other_key = make_ca("another CA")
-    cert, key = issue(GATEWAY, other_ca, other_key)
-    foreign = write_identity(root / "foreign", GATEWAY, cert, key, ours[GATEWAY].ca)
-
-    def files(f: object) -> TlsFiles:
-        return TlsFiles(f.ca, f.cert, f.key)  # type: ignore[attr-defined]
-
-    return Pki(ours[GATEWAY].ca.read_bytes(), {k: files(v) for k, v in ours.items()},
-               foreign=files(foreign), expired=files(expired))
+    return make_pki(tmp_path_factory.mktemp("handshake-pki"), (GATEWAY, WORKER))
 
 
 @pytest.fixture(scope="module")

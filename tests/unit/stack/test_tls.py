@@ -13,7 +13,6 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 from prometheus_client import CollectorRegistry
 
@@ -36,11 +35,9 @@ from loraplane.stack.certs import (
     VALIDITY,
     CertFiles,
     ensure_dev_pki,
-    issue,
-    make_ca,
-    write_identity,
 )
 from loraplane.v1 import cache_pb2, cache_pb2_grpc
+from tests.support.tls import make_pki
 
 CACHE = "/loraplane.v1.CacheManager/"
 TOKEN = "operator-token-0123456789"
@@ -198,23 +195,13 @@ async def test_an_unlisted_method_is_refused(served: Served, pki: dict[str, Cert
 
 async def test_no_certificate_other_ca_or_expired_never_reach_the_api(
         tmp_path: Path, served: Served, pki: dict[str, CertFiles]) -> None:
-    other_ca, other_key = make_ca("someone else's CA")
-    (tmp_path / "other").mkdir()
-    other_ca_path = tmp_path / "other" / "ca.pem"
-    other_ca_path.write_bytes(other_ca.public_bytes(serialization.Encoding.PEM))
-    cert, key = issue(GATEWAY, other_ca, other_key)
-    foreign = write_identity(tmp_path / "other", GATEWAY, cert, key, pki["gateway"].ca)
-    ours = x509.load_pem_x509_certificate(pki["gateway"].ca.read_bytes())
-    ca_key = serialization.load_pem_private_key(
-        (pki["gateway"].ca.parent / "ca.key").read_bytes(), None)
-    now = dt.datetime.now(dt.UTC)
-    cert, key = issue(GATEWAY, ours, ca_key, not_before=now - dt.timedelta(days=3),  # type: ignore[arg-type]
-                      not_after=now - dt.timedelta(days=1))
-    expired = write_identity(tmp_path / "expired", GATEWAY, cert, key, pki["gateway"].ca)
+    served_ca = pki["gateway"].ca.read_bytes()
+    refused = make_pki(tmp_path)  # of the served CA (``pki``'s files in tmp_path/pki, reused)
+    assert refused.ca == served_ca
     no_cert = TlsFiles(pki["gateway"].ca, pki["gateway"].cert, pki["gateway"].key)
     # the handshake refuses them: grpcio gives the server no hook there (see shared/tls.py)
-    assert await _call(served.port, tls(foreign)) == grpc.StatusCode.UNAVAILABLE
-    assert await _call(served.port, tls(expired)) == grpc.StatusCode.UNAVAILABLE
+    assert await _call(served.port, refused.foreign) == grpc.StatusCode.UNAVAILABLE
+    assert await _call(served.port, refused.expired) == grpc.StatusCode.UNAVAILABLE
     assert await _call(served.port, None,  # plaintext, a tenant's key as credential
                        metadata=(("authorization", "Bearer lp_tenant_key"),)
                        ) == grpc.StatusCode.UNAVAILABLE
