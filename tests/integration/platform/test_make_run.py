@@ -65,17 +65,24 @@ def _completion_codes(values: dict[str, str], n: int, *, fresh: bool = False) ->
 
 
 def _exited(pid: int, within_s: float) -> None:
-    """Return once process ``pid`` has exited (gone, or a zombie its parent has not reaped
-    yet): its sockets are closed. ``os.killpg`` returns before the kernel has torn the
-    process down, and a connection the kernel hashes to a dying ``SO_REUSEPORT`` listener
-    in that window is reset with it (a reset seen once in a fresh-clone run)."""
+    """Return once every thread of process ``pid`` has exited: its sockets are closed.
+
+    ``os.killpg`` returns before the kernel has torn the process down, and a connection the
+    kernel hashes to a dying ``SO_REUSEPORT`` listener in that window is reset with it. The
+    main thread's state is not enough: after SIGKILL it can be a zombie while the other
+    threads still run their exit and hold the shared descriptor table (the listening socket
+    open) - a reset seen in two fresh-clone runs, the second after waiting for the zombie.
+    Exited threads leave ``/proc/<pid>/task`` only after closing their descriptors, so the
+    sockets are closed once the main thread is a zombie and alone there (or the process is
+    gone)."""
     deadline = time.monotonic() + within_s
     while True:
         try:
+            tasks = os.listdir(f"/proc/{pid}/task")
             stat = Path(f"/proc/{pid}/stat").read_text()
         except FileNotFoundError:
             return
-        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+        if tasks == [str(pid)] and stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
             return
         assert time.monotonic() < deadline, f"process {pid} still alive {within_s} s after SIGKILL"
         time.sleep(0.05)
