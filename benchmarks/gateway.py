@@ -55,7 +55,9 @@ worker service). The JSON's ``worker`` / ``worker_kind`` say which worker was us
 
 CPU: ``<target>_cpu_us_per_request`` is the measured process's (the worker for direct,
 else the proxy or the gateway) during the throughput phase, beside the worker's and all
-clients' in the same phase; ``gateway_capacity_rps`` / ``proxy_capacity_rps`` = 1e6 /
+clients' in the same phase, and ``<target>_main_thread_cpu_us_per_request`` the part of it in
+the process's main thread (the event loop: the proxy's or the gateway's Python; the
+others are gRPC core's threads); ``gateway_capacity_rps`` / ``proxy_capacity_rps`` = 1e6 /
 CPU µs per request (one process on one dedicated core), while ``gateway_rps`` is what the
 shared machine delivered. ``--tokens-per-message`` (null engine chunk size) and
 ``--uvloop`` / ``--no-uvloop`` (default: uvloop, like the gateway process) apply to every
@@ -508,6 +510,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def main_thread_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process's main thread so far (its event loop: the
+    servers' Python runs there, gRPC core's own threads are the others)."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
 def _free_port() -> int:
     import socket
 
@@ -664,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         tput: dict[str, list[float]] = {t: [] for t in targets}
         tput_lat: dict[str, PhaseResult] = {t: PhaseResult() for t in targets}
         cpu: dict[str, list[float]] = {t: [] for t in targets}
+        main_cpu: dict[str, list[float]] = {t: [] for t in targets}
         client_cpu: dict[str, list[float]] = {t: [] for t in targets}
         worker_cpu: dict[str, list[float]] = {t: [] for t in targets}
         messages: dict[str, list[int]] = {t: [0, 0, 0] for t in targets}  # msgs, tokens, reqs
@@ -677,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
                 lat[t].errors += r.errors
             for t in targets:
                 before = sum(cpu_seconds(pid) for pid in measured[t])
+                before_main = sum(main_thread_cpu_seconds(pid) for pid in measured[t])
                 before_worker = cpu_seconds(worker_pid[t])
                 before_clients = sum(cpu_seconds(c) for c in client_pids)
                 r = run_phase(clients, t, args.throughput_requests, args.throughput_concurrency,
@@ -685,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
                 done = max(1, len(r.latencies_ms))
                 tput[t].append(len(r.latencies_ms) / r.elapsed_s)
                 cpu[t].append(used * 1e6 / done)
+                main_cpu[t].append((sum(main_thread_cpu_seconds(pid) for pid in measured[t])
+                                    - before_main) * 1e6 / done)
                 worker_cpu[t].append((cpu_seconds(worker_pid[t]) - before_worker) * 1e6 / done)
                 client_cpu[t].append(
                     (sum(cpu_seconds(c) for c in client_pids) - before_clients) * 1e6 / done)
@@ -728,6 +745,7 @@ def main(argv: list[str] | None = None) -> int:
         report[f"{t}_loaded_p99_ms"] = round(_pct(tput_lat[t].latencies_ms, 0.99), 3)
         report[f"{t}_errors"] = lat[t].errors + tput_lat[t].errors
         report[f"{t}_cpu_us_per_request"] = round(statistics.median(cpu[t]), 1)
+        report[f"{t}_main_thread_cpu_us_per_request"] = round(statistics.median(main_cpu[t]), 1)
         report[f"{t}_worker_cpu_us_per_request"] = round(statistics.median(worker_cpu[t]), 1)
         report[f"{t}_client_cpu_us_per_request"] = round(statistics.median(client_cpu[t]), 1)
         msgs, toks, reqs = messages[t]
@@ -830,6 +848,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{report['edge_tls_client_cpu_ratio']:.3f}; TLS on both hops / none: latency "
               f"p50 {report['all_tls_ratio_p50']:.3f}, gateway CPU "
               f"{report['all_tls_gateway_cpu_ratio']:.3f}")
+    extra = {k: report[f"gateway_{k}"] - report[f"proxy_{k}"]
+             for k in ("cpu_us_per_request", "main_thread_cpu_us_per_request")}
+    print(f"CPU per request by thread: main thread (the event loop, where the Python runs) "
+          f"proxy {report['proxy_main_thread_cpu_us_per_request']:.0f} us, gateway "
+          f"{report['gateway_main_thread_cpu_us_per_request']:.0f} us; gRPC core's threads "
+          f"proxy {report['proxy_cpu_us_per_request'] - report['proxy_main_thread_cpu_us_per_request']:.0f}"
+          f" us, gateway {report['gateway_cpu_us_per_request'] - report['gateway_main_thread_cpu_us_per_request']:.0f}"
+          f" us: {extra['main_thread_cpu_us_per_request']:.0f} of the gateway's "
+          f"{extra['cpu_us_per_request']:.0f} us over the proxy are in the main thread")
     print(f"CPU per request / bare proxy's: one gateway process {report['cpu_ratio']:.3f} "
           f"(target <= {CPU_RATIO_TARGET}: "
           f"{'met' if report['cpu_ratio'] <= CPU_RATIO_TARGET else 'NOT met'})")

@@ -35,6 +35,7 @@ def test_bench_writes_the_required_figures(tmp_path: Path, worker: str | None,
         assert report[f"{t}_tokens_received_per_request"] == 4, t
         assert report[f"{t}_client_cpu_us_per_request"] > 0, t
         assert report[f"{t}_worker_cpu_us_per_request"] > 0, t
+        assert report[f"{t}_main_thread_cpu_us_per_request"] > 0, t  # the event loop's part
     assert report["gateway_capacity_rps"] == round(
         1e6 / report["gateway_cpu_us_per_request"], 1)
     assert report["proxy_capacity_rps"] == round(1e6 / report["proxy_cpu_us_per_request"], 1)
