@@ -465,14 +465,17 @@ class Planner:
             plan = Plan()
             notes.append(f"policy {self.policy.name} failed; business rules only")
         specs = [self._explain(state, s, now) for s in self._merge(plan)]
-        rule_specs, protected_keys = self._rules(state, proj, specs, snapshot, tracker, now, notes)
+        rule_specs, protected_keys, resident_keys = self._rules(
+            state, proj, specs, snapshot, tracker, now, notes)
         rule_specs = [*extra, *rule_specs]
-        # A rule wins over the policy on the same key.
+        # A rule wins over the policy on the same key: what it requires HOT is not demoted,
+        # what it only keeps resident (a rollback target) is not evicted, but may go WARM.
         rule_keys = {(s.worker_id, s.version_id) for s in rule_specs}
         specs = [
             s for s in specs
             if (s.worker_id, s.version_id) not in rule_keys
             and not (s.kind.frees and (s.worker_id, s.version_id) in protected_keys)
+            and not (s.kind is CommandKind.EVICT and (s.worker_id, s.version_id) in resident_keys)
         ]
         candidates = sorted([*specs, *rule_specs], key=CommandSpec.sort_key)
         # a version blocked from loading failed its golden set or was aborted / withdrawn
@@ -642,8 +645,12 @@ class Planner:
         tracker: CommandTracker,
         now: float,
         notes: list[str],
-    ) -> tuple[list[CommandSpec], set[tuple[str, str]]]:
+    ) -> tuple[list[CommandSpec], set[tuple[str, str]], set[tuple[str, str]]]:
+        """The business rules' commands, the (worker, version) keys they keep from every
+        removal (required HOT, a prewarmed canary's WARM copy) and the keys they keep from
+        eviction only (a rollback target: resident, HOT or WARM)."""
         versions = state.versions
+        resident: set[tuple[str, str]] = set()
         out: list[CommandSpec] = []
         # Projection after the policy's plan (rules build on what the policy does).
         for s in policy_specs:
@@ -746,7 +753,10 @@ class Planner:
                 stable_vid = state.stable_of(adapter_id)
                 holders = [w for w, pr in proj.items() if tvid in pr.slots]
                 for wid in holders[: rb.warm_replicas]:
-                    protected.add((wid, tvid))
+                    # kept on the host, not HOT: the policy may still demote a HOT copy to
+                    # WARM (vetoing that while its load into the freed slot goes ahead left
+                    # the load without a slot, round after round)
+                    resident.add((wid, tvid))
                 need = rb.warm_replicas - len(holders)
                 for wid, pr in proj.items():
                     if need <= 0:
@@ -762,9 +772,9 @@ class Planner:
                                            f"rollback target of {adapter_id}",
                                            source="rule:rollback_target"))
                     pr.apply(CommandKind.LOAD_WARM, tvid)
-                    protected.add((wid, tvid))
+                    resident.add((wid, tvid))
                     need -= 1
-        return out, protected
+        return out, protected, resident
 
     def _canary_prewarm(
         self,

@@ -229,3 +229,39 @@ def test_an_aborted_canarys_demotion_dropped_for_a_request_in_flight_is_asked_ag
     # gone: not asked again
     assert not [i for i in core.round(T0 + 3).issued
                 if i.pending.spec.kind is CommandKind.DEMOTE]
+
+
+def test_a_hot_rollback_target_the_plan_displaces_goes_warm_and_the_new_version_loads() -> None:
+    """The rollback rule keeps a rollback target *resident* (WARM where its stable version is
+    HOT); it does not require it HOT. A HOT rollback target the heat plan displaces is demoted
+    to WARM in the same round the plan loads the hotter version into its slot. (It used to
+    veto that demotion while the load went ahead and was dropped for want of a slot, round
+    after round: a version requested twice a second stayed COLD for minutes —
+    ``test_canary_analysis.py`` (e), faq, 4 slots, the rollback target code@v1 the coolest.)"""
+    core = heat_core()
+    code1, code2 = ev.ref("code", "v1"), ev.ref("code", "v2")
+    alpha, beta, new = ev.ref("alpha"), ev.ref("beta"), ev.ref("new")
+    for i, r in enumerate((code1, code2, alpha, beta, new), start=1):
+        core.apply(ev.admitted(r, i, T0), T0)
+    core.apply(ev.promoted(code1, T0), T0)
+    core.apply(ev.promoted(code2, T0, previous="v1"), T0)  # code@v1: the rollback target
+    assert core.state.pointers["acme/code"].rollback_target == "v1"
+    core.apply(ev.heat(code1, 1, T0 - 1000), T0 - 1000)  # long idle: the coolest
+    for k in range(10):  # alpha and beta: requests every 10 s until T0
+        t = T0 - 100 + 10 * k
+        core.apply(ev.heat(alpha, 1, t), t)
+        core.apply(ev.heat(beta, 1, t), t)
+    core.apply(ev.snapshot(ev.WorkerSpec("w1", slots=3, held=[
+        ev.Held(code1), ev.Held(alpha), ev.Held(beta)]), 1, T0 + 1), T0 + 1)
+    now = T0 + 2
+    core.apply(ev.heat(new, 4, now), now)
+    res = core.round(now)
+    assert [(i.pending.spec.kind, i.pending.spec.version_id) for i in res.issued] == [
+        (CommandKind.DEMOTE, code1.version_id), (CommandKind.LOAD_HOT, new.version_id)]
+    assert not any(n.startswith("dropped") for n in res.round.notes), res.round.notes
+    # still resident: the rule never evicts it while code@v2 is the stable version
+    for issued in res.issued:
+        core.apply(ev.answer(build_command(issued, "test"), now), now)
+    assert core.state.workers["w1"].tier_of(code1.version_id) is Tier.WARM
+    later = core.round(now + 1)
+    assert not any(i.pending.spec.kind is CommandKind.EVICT for i in later.issued)
