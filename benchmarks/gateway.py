@@ -500,25 +500,25 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux ``/proc``; 0 elsewhere)."""
+def _stat_cpu_seconds(path: str) -> float:
+    """User + system CPU time in a ``/proc`` ``stat`` file (0 when it cannot be read)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``; 0 elsewhere)."""
+    return _stat_cpu_seconds(f"/proc/{pid}/stat")
 
 
 def main_thread_cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process's main thread so far (its event loop: the
     servers' Python runs there, gRPC core's own threads are the others)."""
-    try:
-        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    return _stat_cpu_seconds(f"/proc/{pid}/task/{pid}/stat")
 
 
 def _free_port() -> int:
