@@ -112,11 +112,13 @@ class StackSettings(BaseSettings):
     CA's ``gateway`` certificate (no client certificate: tenants keep their API keys), and
     demo.env says ``https://`` and names the CA in ``LORAPLANE_GATEWAY_CA_FILE``, which
     every client of the gateway trusts (``loraplane generate``, ``loraplane golden record``,
-    ``make stress``'s load; ``curl --cacert``, ``grpcurl -cacert``). Default: as ``tls`` in
-    the ``run`` profile (``make run``, ``make stress``), off in ``test`` (the test session's
-    in-process gateways and their plaintext clients).
+    ``make stress``'s load; ``curl --cacert``, ``grpcurl -cacert``). Default: as ``tls``, in
+    every profile (``make run``, ``make stress``, and the test session: the gateways its
+    tests run serve this certificate and every tenant client of the suite trusts the dev CA
+    and checks the name ``gateway``, ``tests/support/tls.py``).
     ``LORAPLANE_STACK_EDGE_TLS=false`` serves plaintext at the edge (demo.env then says
-    ``http://`` and names no CA); ``=true`` turns it on in ``test`` too (needs ``tls``)."""
+    ``http://`` and names no CA; the test suite's tenant clients dial plaintext); ``=true``
+    needs ``tls``."""
 
     demo_env_file: Path | None = None
     """Where ``make run`` writes the demo environment; default ``.loraplane/demo.env``."""
@@ -155,7 +157,7 @@ class StackSettings(BaseSettings):
         if self.s3_tls and not self.tls:
             raise ValueError("s3_tls needs tls (the certificates come from the stack's dev CA)")
         if self.edge_tls is None:
-            self.edge_tls = self.tls and self.profile == "run"
+            self.edge_tls = self.tls
         if self.edge_tls and not self.tls:
             raise ValueError("edge_tls needs tls (the gateway's certificate comes from the "
                              "stack's dev CA)")

@@ -88,6 +88,25 @@ def tls_env(s: StackSettings, identity: str) -> dict[str, str]:
             "LORAPLANE_TLS_KEY_FILE": str(d / f"{identity}.key")}
 
 
+def edge_tls_env(s: StackSettings) -> dict[str, str]:
+    """``LORAPLANE_GATEWAY_EDGE_TLS_*`` of a gateway serving its public ports with the dev
+    CA's ``gateway`` certificate (``edge_tls``); none when the edge is plaintext."""
+    if not (s.tls and s.edge_tls):
+        return {}
+    d = pki_dir(s)
+    return {"LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE": str(d / "gateway.pem"),
+            "LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE": str(d / "gateway.key")}
+
+
+def edge_client_env(s: StackSettings) -> dict[str, str]:
+    """What a tenant's client of the stack's gateway trusts (``LORAPLANE_GATEWAY_CA_FILE``:
+    the dev CA, read by ``loraplane generate`` and ``loraplane golden record``); none when
+    the edge is plaintext."""
+    if not (s.tls and s.edge_tls):
+        return {}
+    return {"LORAPLANE_GATEWAY_CA_FILE": str(pki_dir(s) / "ca.pem")}
+
+
 def placement_page(s: StackSettings, env: dict[str, str]) -> str | None:
     """The banner line of the cache manager's placement page (None when the cache manager
     is not built). The URL carries ``?token=`` only for the stack's own dev token (a
@@ -107,9 +126,8 @@ def replica_env(s: StackSettings, spec: ServiceSpec, replica: int) -> dict[str, 
     env = spec.env(s, replica)
     if s.tls:  # each service presents its own identity (every worker replica: worker)
         env.update(tls_env(s, spec.name))
-    if s.tls and s.edge_tls and spec.name == "gateway":  # its public ports too
-        env["LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE"] = str(pki_dir(s) / "gateway.pem")
-        env["LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE"] = str(pki_dir(s) / "gateway.key")
+    if spec.name == "gateway":  # its public ports too, with edge_tls
+        env.update(edge_tls_env(s))
     if spec.name == "worker":
         env["LORAPLANE_WORKER_ID"] = f"worker-{replica}"
         # vLLM-CPU's default ("auto") binds every engine's threads to the same first core,
@@ -357,8 +375,7 @@ class Supervisor:
             "LORAPLANE_GATEWAY_HTTP":
                 f"{'https' if edge else 'http'}://127.0.0.1:{gateway['HTTP_PORT']}",
         })
-        if edge:  # what a tenant's client trusts (loraplane generate; curl --cacert)
-            values["LORAPLANE_GATEWAY_CA_FILE"] = str(pki_dir(s) / "ca.pem")
+        values.update(edge_client_env(s))  # what a tenant's client trusts (curl --cacert)
         values.update(seeded)
         return values
 

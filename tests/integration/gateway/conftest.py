@@ -20,7 +20,7 @@ from loraplane.gateway.settings import GatewaySettings
 from loraplane.shared.codec import decode_record
 from loraplane.shared.tls import GATEWAY, WORKER, TlsFiles
 from loraplane.stack.stack import Stack
-from tests.support.tls import tls_files, tls_settings
+from tests.support.tls import edge_tls_settings, tls_files, tls_settings
 
 
 def free_port() -> int:
@@ -42,12 +42,14 @@ async def publisher(stack: Stack) -> AsyncIterator[KafkaPublisher]:
 @asynccontextmanager
 async def gateway_app(stack: Stack, **over: Any) -> AsyncIterator[GatewayApp]:
     """A gateway in this loop, fed by the test stack's Kafka (no registry bootstrap),
-    dialling workers with mutual TLS as the ``gateway`` of the stack's dev CA."""
+    dialling workers with mutual TLS as the ``gateway`` of the stack's dev CA, its public
+    ports serving TLS as the stack's gateways do (tenants: ``tenant_channel``,
+    ``tenant_http``)."""
     values: dict[str, Any] = {
         "kafka_bootstrap": stack.settings.kafka_bootstrap, "grpc_port": free_port(),
         "http_port": free_port(), "metrics_port": 0, "bootstrap": False,
         "heat_flush_interval_s": 0.2, "instance_id": f"itest-{free_port()}",
-        **tls_settings(stack, GATEWAY),
+        **tls_settings(stack, GATEWAY), **edge_tls_settings(stack),
     }
     values.update(over)
     app = GatewayApp(GatewaySettings(**values), registry=CollectorRegistry(),

@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 
 import grpc
-import httpx
 
 from loraplane.gateway.auth import key_hash
 from loraplane.shared import topics
 from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from tests.support.echo_worker import EchoWorker, serve_echo_worker
+from tests.support.tls import tenant_channel, tenant_http, tenant_url
 
 from .conftest import eventually, gateway_app, publisher, read_topic, worker_tls
 from .events import admitted, key_created, key_revoked, promoted, worker_state
@@ -39,7 +39,7 @@ async def test_views_from_kafka_revocation_heat_prewarm_and_replay(
 
             async with gateway_app(stack) as app:
                 auth = (("authorization", f"Bearer {secret}"),)
-                async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
+                async with tenant_channel(stack, f"127.0.0.1:{app.grpc_port}") as ch:
                     stub = inference_pb2_grpc.InferenceStub(ch)
 
                     async def generate(adapter: str = "chat") -> list[inference_pb2.GenerateResponse]:
@@ -60,8 +60,8 @@ async def test_views_from_kafka_revocation_heat_prewarm_and_replay(
                                                                       common_pb2.TIER_HOT)
 
                     # the HTTP API answers from the same views
-                    async with httpx.AsyncClient(
-                        base_url=f"http://127.0.0.1:{app.http_port}") as http:
+                    async with tenant_http(
+                            stack, base_url=tenant_url(stack, app.http_port)) as http:
                         r = await http.get("/v1/models",
                                            headers={"authorization": f"Bearer {secret}"})
                         data = r.json()["data"]
@@ -114,7 +114,7 @@ async def test_views_from_kafka_revocation_heat_prewarm_and_replay(
                 assert app2.gateway.catalog.lookup(tenant, "chat").release.stable == "v2"
                 w = app2.gateway.placement.worker(worker.worker_id)
                 assert w is not None and w.address == worker.address
-                async with grpc.aio.insecure_channel(f"127.0.0.1:{app2.grpc_port}") as ch:
+                async with tenant_channel(stack, f"127.0.0.1:{app2.grpc_port}") as ch:
                     stub = inference_pb2_grpc.InferenceStub(ch)
                     req = inference_pb2.GenerateRequest(adapter="chat", prompt="x", max_tokens=1)
 

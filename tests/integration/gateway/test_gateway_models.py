@@ -6,13 +6,13 @@ model refused naming the field instead of being served by the base model."""
 from __future__ import annotations
 
 import grpc
-import httpx
 
 from loraplane.gateway.auth import key_hash
 from loraplane.shared import topics
 from loraplane.stack.stack import Stack
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
 from tests.support.echo_worker import EchoWorker, serve_echo_worker
+from tests.support.tls import tenant_channel, tenant_http, tenant_url
 
 from .conftest import eventually, gateway_app, publisher, worker_tls
 from .events import admitted, key_created, promoted, worker_state
@@ -35,8 +35,8 @@ async def test_base_model_by_served_name_models_and_empty_model(
             await pub.publish(topics.CACHE_STATE, worker_state(worker, base))
             async with gateway_app(stack) as app:
                 auth = {"authorization": f"Bearer {secret}"}
-                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{app.http_port}",
-                                             headers=auth, timeout=10) as http:
+                async with tenant_http(stack, base_url=tenant_url(stack, app.http_port),
+                                       headers=auth, timeout=10) as http:
 
                     async def listed() -> dict[str, dict[str, object]] | None:
                         r = await http.get("/v1/models")
@@ -76,7 +76,7 @@ async def test_base_model_by_served_name_models_and_empty_model(
                     assert len(worker.requests) == served  # nothing reached a worker
 
                 md = (("authorization", f"Bearer {secret}"),)
-                async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
+                async with tenant_channel(stack, f"127.0.0.1:{app.grpc_port}") as ch:
                     stub = inference_pb2_grpc.InferenceStub(ch)
 
                     async def generate(adapter: str) -> list[inference_pb2.GenerateResponse]:

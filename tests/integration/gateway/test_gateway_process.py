@@ -10,12 +10,18 @@ import sys
 import time
 import urllib.request
 
-import grpc
+import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from loraplane.shared.tls import GATEWAY
 from loraplane.stack.stack import Stack
-from tests.support.tls import tls_env
+from tests.support.tls import (
+    blocking_tenant_channel,
+    blocking_tenant_http,
+    edge_tls_env,
+    tenant_url,
+    tls_env,
+)
 
 from .conftest import free_port
 
@@ -31,23 +37,24 @@ def test_module_serves_health_metrics_http_and_stops_on_sigterm(stack: Stack) ->
         "LORAPLANE_REGISTRY_ADDR": f"127.0.0.1:{free_port()}",  # nobody there: retried
         "LORAPLANE_CACHE_MANAGER_GRPC_PORT": str(free_port()),
         **tls_env(stack, GATEWAY),  # its registry and cache-manager channels: mutual TLS
+        **edge_tls_env(stack),  # its public ports: TLS with the dev CA's gateway certificate
     }
     proc = subprocess.Popen([sys.executable, "-m", "loraplane.gateway"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    public = tenant_url(stack, http_port)
     try:
         deadline = time.monotonic() + 60
         while True:
             assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz",
-                                            timeout=1) as r:
-                    if r.status == 200:
+                with blocking_tenant_http(stack, timeout=1) as http:
+                    if http.get(f"{public}/healthz").status_code == 200:
                         break
-            except OSError:
+            except httpx.HTTPError:
                 pass
             assert time.monotonic() < deadline, "gateway did not come up"
             time.sleep(0.2)
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+        with blocking_tenant_channel(stack, f"127.0.0.1:{grpc_port}") as ch:
             resp = health_pb2_grpc.HealthStub(ch).Check(
                 health_pb2.HealthCheckRequest(service="loraplane.v1.Inference"), timeout=5)
             assert resp.status == health_pb2.HealthCheckResponse.SERVING
@@ -57,21 +64,16 @@ def test_module_serves_health_metrics_http_and_stops_on_sigterm(stack: Stack) ->
         assert "loraplane_gateway_requests_total" in text or "loraplane_gateway_refused" in text
         while True:  # ready: the key view replayed tenant.events (until then: 503, retry)
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz",
-                                            timeout=1) as r:
-                    if r.status == 200:
+                with blocking_tenant_http(stack, timeout=1) as http:
+                    if http.get(f"{public}/readyz").status_code == 200:
                         break
-            except OSError:
+            except httpx.HTTPError:
                 pass
             assert time.monotonic() < deadline, "gateway did not become ready"
             time.sleep(0.2)
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{http_port}/v1/models", headers={"authorization": "Bearer x"})
-        try:
-            urllib.request.urlopen(req, timeout=5)
-            raise AssertionError("an unknown key must be refused")
-        except urllib.error.HTTPError as err:
-            assert err.code == 401
+        with blocking_tenant_http(stack, timeout=5) as http:
+            refused = http.get(f"{public}/v1/models", headers={"authorization": "Bearer x"})
+        assert refused.status_code == 401, "an unknown key must be refused"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
         log = proc.stdout.read().decode() if proc.stdout else ""

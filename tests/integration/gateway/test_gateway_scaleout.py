@@ -25,7 +25,14 @@ from loraplane.shared.tls import GATEWAY
 from loraplane.stack.stack import Stack
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
 from tests.support.echo_worker import EchoWorker, serve_echo_worker
-from tests.support.tls import tls_env
+from tests.support.tls import (
+    blocking_tenant_http,
+    edge_tls_env,
+    tenant_channel,
+    tenant_http,
+    tenant_url,
+    tls_env,
+)
 
 from .conftest import eventually, free_port, publisher, read_topic, worker_tls
 from .events import admitted, key_created, promoted, worker_state
@@ -77,7 +84,7 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
                 "LORAPLANE_GATEWAY_PROCESSES": "2", "LORAPLANE_GATEWAY_PROCESS_INDEX": str(i),
                 "LORAPLANE_GATEWAY_BOOTSTRAP": "false", "LORAPLANE_GATEWAY_HEAT_FLUSH_INTERVAL_S":
                     "0.2",
-                **tls_env(stack, GATEWAY),
+                **tls_env(stack, GATEWAY), **edge_tls_env(stack),
             }
             envs.append(env)
             procs.append(_spawn(env, logs[i]))
@@ -101,8 +108,8 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
             async def one_grpc() -> bool:
                 """One request on a connection of its own (a fresh channel, its own
                 subchannel pool)."""
-                async with grpc.aio.insecure_channel(
-                        f"127.0.0.1:{grpc_port}",
+                async with tenant_channel(
+                        stack, f"127.0.0.1:{grpc_port}",
                         options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
                     req = inference_pb2.GenerateRequest(adapter="chat", prompt="hi", max_tokens=2)
                     try:
@@ -113,8 +120,8 @@ async def test_two_processes_share_the_ports_and_one_survives_the_others_kill(
                 return msgs[0].resolved.adapter.version == "v1"
 
             async def one_http() -> bool:
-                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}",
-                                             timeout=10) as c:  # a connection of its own
+                async with tenant_http(stack, base_url=tenant_url(stack, http_port),
+                                       timeout=10) as c:  # a connection of its own
                     r = await c.post("/v1/completions", headers={"authorization":
                                                                   f"Bearer {secret}"},
                                      json={"model": "chat", "prompt": "hi", "max_tokens": 2})
@@ -183,22 +190,33 @@ def test_the_stacks_two_gateway_processes_serve_one_port_and_a_killed_one_comes_
     """The ``make run`` wiring without vLLM: the supervisor's two gateway service processes
     (``service_processes``: their env, shared public ports, own /metrics), on the test
     stack's Kafka; SIGKILL one, the shared ports keep answering on new connections, and the
-    supervisor's restart (``launch``) brings it back beside the running one."""
+    supervisor's restart (``launch``) brings it back beside the running one. TLS as the
+    session's stack has it: each process its ``gateway`` identity and, with ``edge_tls``,
+    its public ports on TLS with that certificate of a dev CA written here (as ``make run``
+    writes its own)."""
+    from loraplane.stack.certs import ensure_dev_pki
     from loraplane.stack.settings import StackSettings
     from loraplane.stack.supervisor import service_env, service_processes
 
     s = StackSettings(profile="test", port_base=stack.settings.port_base, data_dir=tmp_path,
-                      tls=False)
+                      tls=stack.settings.tls, s3_tls=stack.settings.s3_tls,
+                      edge_tls=stack.settings.edge_tls)
+    if s.tls:
+        ensure_dev_pki(s.pki_dir)
+    own = Stack(s)  # not started: its settings say what its gateways' tenants trust
     gateways = [p for p in service_processes(s, service_env(s)) if p.spec.name == "gateway"]
     assert [p.name for p in gateways] == ["svc-gateway", "svc-gateway-1"]
     http_port = int(gateways[0].env()["LORAPLANE_GATEWAY_HTTP_PORT"])
+    if s.edge_tls:
+        assert gateways[0].env()["LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE"] == str(
+            s.pki_dir / "gateway.pem")
 
     def ready_answers(n: int) -> list[int]:
         codes = []
         for _ in range(n):  # a connection of its own each
             try:
-                codes.append(httpx.get(f"http://127.0.0.1:{http_port}/readyz",
-                                       timeout=5).status_code)
+                with blocking_tenant_http(own, timeout=5) as http:
+                    codes.append(http.get(f"{tenant_url(own, http_port)}/readyz").status_code)
             except httpx.HTTPError:
                 codes.append(0)
         return codes

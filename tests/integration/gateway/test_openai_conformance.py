@@ -1,7 +1,8 @@
 """OpenAI conformance, proven with the official ``openai`` client (pinned test extra).
 
 The platform: the test stack's Kafka, a worker on the real vLLM engine (tiny local
-model), and the gateway (HTTP), its views fed by the events the registry and admission
+model), and the gateway (HTTP; over TLS trusting the stack's dev CA, as a tenant of
+``make run`` calls it, unless the stack's edge is plaintext), its views fed by the events the registry and admission
 would publish. Every honoured row of the field table (``openai_fields.FIELDS``) is driven
 through ``client.completions.create`` / ``client.chat.completions.create`` with a
 non-default value, streamed and not, and the answer must show it: ``n`` choices, the
@@ -44,7 +45,7 @@ from loraplane.stack.stack import Stack
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
-from tests.support.tls import tls_settings
+from tests.support.tls import tenant_env, tenant_http, tenant_url, tls_settings
 
 from .conftest import eventually, gateway_app, publisher
 from .events import admitted, key_created, promoted
@@ -67,10 +68,14 @@ class Platform:
     key: str
     other_key: str
     base: str
+    stack: Stack
 
     def client(self, key: str | None = None) -> AsyncOpenAI:
-        return AsyncOpenAI(base_url=f"http://127.0.0.1:{self.gateway.http_port}/v1",
-                           api_key=key or self.key, max_retries=0, timeout=120)
+        """The official client as a tenant configures it: over TLS trusting the dev CA
+        (its ``http_client``, as the README's snippet) when the edge serves TLS."""
+        return AsyncOpenAI(base_url=f"{tenant_url(self.stack, self.gateway.http_port)}/v1",
+                           api_key=key or self.key, max_retries=0, timeout=120,
+                           http_client=tenant_http(self.stack))
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +128,7 @@ async def platform(stack: Stack, tmp_path_factory: pytest.TempPathFactory
                     return False
 
             await eventually(ready, timeout_s=60)
-            yield Platform(demo, gw, worker, tenant, key, other_key, base)
+            yield Platform(demo, gw, worker, tenant, key, other_key, base, stack)
     finally:
         await worker.stop()
         await engine.close()
@@ -387,7 +392,7 @@ async def test_64_streams_at_once_complete_or_fail_documented(platform: Platform
 async def test_n_and_logprobs_through_grpc_and_loraplane_generate(platform: Platform) -> None:
     p = platform
     env = {"LORAPLANE_GATEWAY_GRPC": f"127.0.0.1:{p.gateway.grpc_port}",
-           "LORAPLANE_API_KEY": p.key}
+           "LORAPLANE_API_KEY": p.key, **tenant_env(p.stack)}  # the dev CA, with edge TLS
     args = ["generate", "-a", p.base, "-p", PROMPT, "--max-tokens", "3", "--n", "2",
             "--temperature", "1.0", "--seed", "3", "--logprobs", "2"]
     result = await asyncio.to_thread(CliRunner().invoke, cli_app, args, env=env)

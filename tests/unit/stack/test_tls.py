@@ -286,7 +286,13 @@ def test_the_stack_gives_each_service_its_own_identity(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from loraplane.stack.services import SERVICES
     from loraplane.stack.settings import StackSettings
-    from loraplane.stack.supervisor import Supervisor, replica_env, service_env
+    from loraplane.stack.supervisor import (
+        Supervisor,
+        edge_client_env,
+        edge_tls_env,
+        replica_env,
+        service_env,
+    )
 
     for var in ("LORAPLANE_STACK_TLS", "LORAPLANE_STACK_S3_TLS", "LORAPLANE_STACK_EDGE_TLS"):
         monkeypatch.delenv(var, raising=False)
@@ -322,12 +328,19 @@ def test_the_stack_gives_each_service_its_own_identity(
     assert demo["LORAPLANE_GATEWAY_HTTP"].startswith("http://")
     assert "LORAPLANE_GATEWAY_CA_FILE" not in demo
 
-    # the test profile keeps a plaintext edge unless asked
+    # the test profile too: the suite's gateways serve TLS and its tenant clients trust
+    # the dev CA (tests/support/tls.py), plaintext only when asked
     test = StackSettings(profile="test", port_base=34100, data_dir=tmp_path / "stack")
-    assert test.tls and test.edge_tls is False
-    assert "LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE" not in replica_env(test, gateway, 0)
-    assert StackSettings(profile="test", port_base=34100, data_dir=tmp_path / "stack",
-                         edge_tls=True).edge_tls is True
+    assert test.tls and test.edge_tls is True
+    assert edge_tls_env(test) == {
+        "LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE": str(test.root / "pki" / "gateway.pem"),
+        "LORAPLANE_GATEWAY_EDGE_TLS_KEY_FILE": str(test.root / "pki" / "gateway.key")}
+    assert edge_client_env(test) == {"LORAPLANE_GATEWAY_CA_FILE": str(test.ca_file)}
+    test_plain = StackSettings(profile="test", port_base=34100, data_dir=tmp_path / "stack",
+                               edge_tls=False)
+    assert test_plain.tls and test_plain.edge_tls is False
+    assert "LORAPLANE_GATEWAY_EDGE_TLS_CERT_FILE" not in replica_env(test_plain, gateway, 0)
+    assert edge_tls_env(test_plain) == {} and edge_client_env(test_plain) == {}
 
     off = StackSettings(profile="run", port_base=34100, data_dir=tmp_path / "stack", tls=False)
     assert off.edge_tls is False
