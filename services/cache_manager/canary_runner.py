@@ -60,6 +60,7 @@ import asyncpg
 import grpc
 from google.protobuf.message import Message
 
+from loraplane.cache_manager import store
 from loraplane.cache_manager.canary_analysis import (
     Action,
     AnalysisRules,
@@ -75,6 +76,8 @@ from loraplane.cache_manager.canary_analysis import (
 )
 from loraplane.cache_manager.canary_window import CanaryWindow
 from loraplane.cache_manager.core import ApplyResult
+from loraplane.cache_manager.model import ACTOR as ACTOR  # noqa: PLC0414 - re-exported
+from loraplane.cache_manager.model import REASON_PREFIX as REASON_PREFIX  # noqa: PLC0414
 from loraplane.cache_manager.model import CommandKind, Ref, request_class_from_proto, version_id
 from loraplane.cache_manager.prewarm import PrewarmStatus
 from loraplane.cache_manager.state import State, ts_seconds
@@ -83,10 +86,6 @@ from loraplane.v1 import common_pb2, events_pb2, registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-REASON_PREFIX = "canary-analysis "
-"""The audit reason of an automated step: this prefix, then the decision's figures as JSON."""
-ACTOR = "system/canary-analysis"
-"""Who acts in the registry's audit log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +177,7 @@ class PgRunStore:
 
     async def withdrawn(self) -> dict[str, str]:
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch("SELECT adapter_id, version, withdrawn_reason "
-                                    "FROM adapter_versions WHERE withdrawn_reason <> ''")
-        return {f"{r['adapter_id']}@{r['version']}": r["withdrawn_reason"] for r in rows}
+            return await store.withdrawn(conn)
 
 
 class RegistryActions(Protocol):

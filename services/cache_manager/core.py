@@ -12,19 +12,29 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from loraplane.cache_manager.model import CommandKind, CommandSpec, Ref, Tier, VersionRecord
+from loraplane.cache_manager.model import (
+    CommandKind,
+    CommandSpec,
+    Ref,
+    Status,
+    TakenOut,
+    Tier,
+    VersionRecord,
+    version_id,
+)
 from loraplane.cache_manager.planner import Planner, Round
 from loraplane.cache_manager.rules import RulesConfig
-from loraplane.cache_manager.state import Applied, State
+from loraplane.cache_manager.state import Applied, State, ts_seconds
 from loraplane.cache_manager.tracker import CommandTracker, Pending, Resolution
 from loraplane.policy.config import PolicyConfig
 from loraplane.policy.online import CachePolicy
 from loraplane.policy.ranking import AdaptiveRanking
+from loraplane.v1 import events_pb2
 
 NOT_PRESENT = "LOAD_ERROR_CODE_NOT_PRESENT"
 
@@ -102,6 +112,23 @@ class Issued:
     decision: DecisionEntry
 
 
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A version the canary analysis took out: demoted wherever it is HOT and loaded
+    nowhere until ``until``, or until a pointer change made after ``since`` makes it the
+    canary or stable version again (a person releases it again)."""
+
+    since: float
+    """When the step was taken (the first one, while a withdrawal is renewed)."""
+    until: float
+    reason: str
+    detail: str
+
+
+ABORTED = "canary_aborted"
+WITHDRAWN = "stable_withdrawn"
+
+
 @dataclass(slots=True)
 class RoundResult:
     """Output of :meth:`CacheCore.round`."""
@@ -159,8 +186,12 @@ class CacheCore:
         self._ids = id_factory
         self._queued: list[CommandSpec] = []
         self._no_load: dict[tuple[str, str], float] = {}
+        """(worker, version) → until when a canary that failed its golden set there may
+        not load there."""
         self._demotions: dict[tuple[str, str], CommandSpec] = {}
         """(worker, version) → the demotion asked while it is blocked from loading there."""
+        self.blocked: dict[str, Block] = {}
+        """Version id → its block on every worker (aborted / withdrawn by the analysis)."""
 
     @property
     def policy_name(self) -> str:
@@ -170,6 +201,8 @@ class CacheCore:
     def apply(self, msg: Message, now: float) -> ApplyResult:
         """Apply one event; resolve the commands it answers."""
         applied = self.state.apply(msg, now)
+        if self.blocked:
+            self._released_again(msg, now)
         result = ApplyResult(applied)
         for wid in applied.restarted_workers:
             result.resolutions.extend(self.tracker.forget_worker(wid, now))
@@ -199,17 +232,26 @@ class CacheCore:
             resolutions.extend(self.tracker.forget_worker(wid, now))
         self._no_load = {k: until for k, until in self._no_load.items() if until > now}
         self._demotions = {k: d for k, d in self._demotions.items() if k in self._no_load}
+        self.blocked = {v: b for v, b in self.blocked.items() if b.until > now}
         queued, self._queued = self._queued, []
         # a failing canary's (or withdrawn version's) HOT copies are asked to go every round
         # until they are gone: a demotion the guards dropped (a request still in flight in
         # the last report) is not lost
         asked = {(s.worker_id, s.version_id) for s in queued}
+        no_load = set(self._no_load)
+        for vid, b in self.blocked.items():
+            for wid, view in self.state.workers.items():
+                no_load.add((wid, vid))
+                if (wid, vid) not in asked and view.tier_of(vid) is Tier.HOT:
+                    queued.append(CommandSpec(CommandKind.DEMOTE, wid, vid, b.reason, b.detail,
+                                              source="rule:canary_analysis"))
+                    asked.add((wid, vid))
         for (wid, vid), spec in self._demotions.items():
             w = self.state.workers.get(wid)
             if (wid, vid) not in asked and w is not None and w.tier_of(vid) is Tier.HOT:
                 queued.append(spec)
         rnd = self.planner.plan(self.state, self.tracker, now, extra=queued,
-                                no_load=frozenset(self._no_load))
+                                no_load=frozenset(no_load))
         issued: list[Issued] = []
         for spec in rnd.commands:
             rec = self.state.versions[spec.version_id]
@@ -227,16 +269,74 @@ class CacheCore:
             CommandKind.DEMOTE, worker_id, vid, "golden_set_failed", detail,
             source="rule:canary_shadow")
 
-    def canary_aborted(self, vid: str, now: float, *, reason: str = "canary_aborted",
+    def canary_aborted(self, vid: str, now: float, *, reason: str = ABORTED,
                        detail: str = "canary analysis") -> None:
         """The canary analysis aborted ``vid`` (or withdrew a failing stable version,
         ``reason="stable_withdrawn"``): demote it wherever it is HOT (the worker drains
-        its in-flight requests first) and keep it from loading for the block time."""
-        for w in self.state.workers.values():
-            self._no_load[(w.worker_id, vid)] = now + self.rules.commands.backoff_max_s
-            self._demotions[(w.worker_id, vid)] = CommandSpec(
-                CommandKind.DEMOTE, w.worker_id, vid, reason, detail,
-                source="rule:canary_analysis")
+        its in-flight requests first) and keep it from loading, on every worker, for the
+        block time (``commands.backoff_max_s``; a withdrawal renewed by each stable tick
+        keeps its first ``since``)."""
+        self._block(vid, now, now + self.rules.commands.backoff_max_s, reason, detail)
+
+    def _block(self, vid: str, since: float, until: float, reason: str, detail: str) -> None:
+        old = self.blocked.get(vid)
+        if old is not None:
+            since, until = min(since, old.since), max(until, old.until)
+        self.blocked[vid] = Block(since, until, reason, detail)
+
+    def restore_blocks(self, taken: Iterable[TakenOut], withdrawn: Mapping[str, str],
+                       now: float) -> list[str]:
+        """Takeover: the blocks of the leaders before, rebuilt from what the registry
+        keeps — ``taken``, the analysis' steps (audit entries, the last
+        ``backoff_max_s``), and ``withdrawn``, version id → reason of the versions it
+        still has withdrawn — with the registry's pointers already in the state. Each block
+        ends where the in-memory one of the leader that took the step ends: ``backoff_max_s``
+        after the step, sooner if the version was released again since (an aborted canary
+        that is now the canary or stable version again; a withdrawal a person ended by
+        releasing it); a withdrawn version that is still the stable pointer is kept out
+        while it is (as the stable tick does). Returns the version ids blocked."""
+        block_s = self.rules.commands.backoff_max_s
+        latest: dict[str, TakenOut] = {}
+        for t in taken:
+            if t.version_id not in latest or t.at >= latest[t.version_id].at:
+                latest[t.version_id] = t
+        for vid, t in latest.items():
+            rec = self.state.versions.get(vid)
+            if rec is None or rec.status is Status.FOREIGN or t.at + block_s <= now:
+                continue
+            ptr = self.state.pointers.get(rec.ref.adapter_id)
+            if t.reason == WITHDRAWN:
+                if vid not in withdrawn:
+                    continue  # a person released it again: the registry ended the withdrawal
+            elif ptr is not None and rec.ref.version in (ptr.canary, ptr.stable):
+                continue  # made the canary (or stable) again after the abort
+            self._block(vid, t.at, t.at + block_s, t.reason, t.detail)
+        for vid, why in withdrawn.items():
+            rec = self.state.versions.get(vid)
+            ptr = self.state.pointers.get(rec.ref.adapter_id) if rec is not None else None
+            if rec is not None and rec.status is not Status.FOREIGN and ptr is not None \
+                    and ptr.stable == rec.ref.version:
+                self._block(vid, now, now + block_s, WITHDRAWN, why)
+        return sorted(v for v in self.blocked if v in latest or v in withdrawn)
+
+    def _released_again(self, msg: Message, now: float) -> None:
+        """A pointer change made after a block began that makes the version the canary or
+        stable version again ends the block (a replayed older change does not)."""
+        if not isinstance(msg, events_pb2.LifecycleEvent):
+            return
+        arm = msg.WhichOneof("event")
+        if arm == "canary_changed":
+            meta, version = msg.canary_changed.meta, msg.canary_changed.canary_version
+        elif arm == "promoted":
+            meta, version = msg.promoted.meta, msg.promoted.meta.adapter.version
+        elif arm == "rolled_back":
+            meta, version = msg.rolled_back.meta, msg.rolled_back.to_version
+        else:
+            return
+        vid = version_id(meta.adapter.tenant_id, meta.adapter.adapter_name, version)
+        b = self.blocked.get(vid) if version else None
+        if b is not None and ts_seconds(meta.occurred_at, now) > b.since:
+            del self.blocked[vid]
 
     def publish_failed(self, command_id: str, now: float) -> Resolution | None:
         """The command never reached the broker: count a retriable failure."""

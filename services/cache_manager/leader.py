@@ -282,6 +282,11 @@ class CacheManagerService:
                 core.state.stats.update(saved)
                 known = await store.load_workers(
                     conn, deployment, max_age_s=s.cache_manager_worker_timeout_s)
+                # what the analysis took out stays out: the blocks of the leaders before,
+                # from the registry (audit entries, withdrawals), before the first round
+                blocked = core.restore_blocks(
+                    await store.taken_out(conn, self.rules.commands.backoff_max_s),
+                    await store.withdrawn(conn), self.clock())
             self._flushed = None
             self._loops = {name: self._new_loop(core, name) for name in SOURCES}
             await sink.start()
@@ -290,10 +295,11 @@ class CacheManagerService:
             self._leading(True)
             await self._fetch_states(core, known)
             ready_by = time.monotonic() + s.cache_manager_bootstrap_grace_s
-            log.info("takeover: %d versions, %d stats, %d known workers (%d synced) in %.3fs",
+            log.info("takeover: %d versions, %d stats, %d known workers (%d synced), "
+                     "%d versions kept from loading (%s) in %.3fs",
                      len(records), len(core.state.stats), len(known),
                      sum(1 for w in known if (v := core.state.workers.get(w)) and v.synced),
-                     time.perf_counter() - started)
+                     len(blocked), ", ".join(blocked[:10]), time.perf_counter() - started)
             tasks = [
                 *self._canary_tasks(core, pool),
                 *(asyncio.create_task(loop.run(), name=f"cm-consume-{name}")

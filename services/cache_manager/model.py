@@ -151,6 +151,28 @@ class Pointers:
         return self.rollback_to or self.previous_stable
 
 
+REASON_PREFIX = "canary-analysis "
+"""The audit reason of an automated step of the canary analysis: this prefix, then the
+decision's figures as JSON."""
+ACTOR = "system/canary-analysis"
+"""Who acts for the canary analysis in the registry's audit log."""
+
+
+@dataclass(frozen=True, slots=True)
+class TakenOut:
+    """A step of the canary analysis that takes a version out of HOT, as the registry keeps
+    it (its audit entry): what a new leader rebuilds its loading blocks from
+    (:meth:`loraplane.cache_manager.core.CacheCore.restore_blocks`)."""
+
+    version_id: str
+    at: float
+    """When the registry took the step (epoch seconds, the audit entry's time)."""
+    reason: str
+    """``canary_aborted`` (``SetCanary("", 0)`` of an abort) or ``stable_withdrawn``
+    (``WithdrawVersion``, or the version a ``Rollback`` withdrew)."""
+    detail: str = ""
+
+
 # --------------------------------------------------------------------------- commands
 
 

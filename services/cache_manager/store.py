@@ -11,21 +11,31 @@ The cache manager's own tables (migration ``20261129200000_cache_manager.sql``)
 are scoped by *deployment* (the consumer group name) and written by the leader only:
 ``cache_version_stats`` (heat statistics, so a new leader does not see every version
 as idle) and ``cache_workers`` (where to ask for each worker's state at takeover).
+
+What the canary analysis took out of HOT is not kept here: the registry keeps it (the audit
+entry of each abort and withdrawal, ``adapter_versions.withdrawn_reason``), and a new leader
+rebuilds its loading blocks from it (:func:`taken_out`, :func:`withdrawn`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import asyncpg
 
+from loraplane.cache_manager.core import ABORTED, WITHDRAWN
 from loraplane.cache_manager.model import (
+    ACTOR,
+    REASON_PREFIX,
     Pointers,
     Ref,
     Status,
+    TakenOut,
     VersionRecord,
     priority_from_text,
+    version_id,
 )
 from loraplane.policy.stats import DEFAULT_WARM_TAU_S, VersionStats
 
@@ -144,6 +154,65 @@ async def lookup_versions(
             rec = _record(r)
             found[rec.version_id] = rec
     return {vid: found.get(vid) for vid in wanted}
+
+
+# --------------------------------------------------------------------------- taken out
+
+_TAKEN_OUT_SQL = """
+SELECT EXTRACT(EPOCH FROM at)::float8 AS at, action, subject, before, after FROM audit_log
+WHERE at > now() - make_interval(secs => $1) AND actor = $2
+  AND action IN ('release.canary', 'release.rollback', 'version.withdraw')
+ORDER BY id
+"""
+
+
+def _json(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else {}
+
+
+def taken_out_of(row: Mapping[str, Any]) -> TakenOut | None:
+    """The version one audit entry of the canary analysis took out of HOT (None: the entry
+    is another step — an advance, a promotion, a clearance — or not the analysis')."""
+    before, after = _json(row["before"]), _json(row["after"])
+    if row["action"] == "version.withdraw":
+        version, reason = str(after.get("version") or ""), WITHDRAWN
+        why = str(after.get("reason") or "")
+    else:
+        why = str(after.get("reason") or "")
+        if not why.startswith(REASON_PREFIX):
+            return None
+        try:
+            action = json.loads(why[len(REASON_PREFIX):]).get("action")
+        except (ValueError, AttributeError):
+            return None
+        if row["action"] == "release.canary" and action == "abort":
+            version, reason = str(before.get("canary_version") or ""), ABORTED
+        elif row["action"] == "release.rollback" and action == "rollback":
+            version, reason = str(before.get("stable_version") or ""), WITHDRAWN
+        else:
+            return None
+    tenant, sep, name = str(row["subject"]).partition("/")
+    if not (version and sep and tenant and name):
+        return None
+    return TakenOut(version_id(tenant, name, version), float(row["at"]), reason, why[:300])
+
+
+async def taken_out(conn: asyncpg.Connection, within_s: float) -> list[TakenOut]:
+    """The canary analysis' aborts and withdrawals of the last ``within_s`` seconds, oldest
+    first, from the registry's audit log (written in the step's own transaction: a leader
+    that died right after the step left it there)."""
+    rows = await conn.fetch(_TAKEN_OUT_SQL, within_s, ACTOR)
+    return [t for t in map(taken_out_of, rows) if t is not None]
+
+
+async def withdrawn(conn: asyncpg.Connection) -> dict[str, str]:
+    """Version id → reason of every version the canary analysis withdrew and no person has
+    released again (``adapter_versions.withdrawn_reason``)."""
+    rows = await conn.fetch("SELECT adapter_id, version, withdrawn_reason "
+                            "FROM adapter_versions WHERE withdrawn_reason <> ''")
+    return {f"{r['adapter_id']}@{r['version']}": r["withdrawn_reason"] for r in rows}
 
 
 # --------------------------------------------------------------------------- statistics

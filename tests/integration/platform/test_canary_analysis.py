@@ -21,7 +21,9 @@ Adapters are the signed demo adapters, released with the ``loraplane`` CLI.
     whose engine process is then stopped: the requests time out there) is aborted
     (``error_rate``) with no more failures than the rule's budget plus one, nothing is
     routed to it after the abort plus the drain bound, and once the engine resumes it is
-    out of HOT in that worker's own ``GetState``;
+    out of HOT in that worker's own ``GetState``; (d) starts with a leader change: the
+    leader that takes over keeps (c)'s aborted canary out of HOT (its placement and the
+    worker's ``GetState``, polled through (d) until the block ends), as (c)'s leader did;
 (e) a stable version with nothing to roll back to whose requests fail (reported on
     ``adapter.heat`` as the gateways report them) is withdrawn once across two SIGKILLed
     leaders (one killed before deciding, one right after the step): one
@@ -552,6 +554,75 @@ async def test_c_canary_answering_against_its_golden_set_is_aborted_after_load(
     await eventually(demoted, timeout_s=30, every_s=0.5)
 
 
+ABORTED_IN_C = ("review", "2026-11-20.1")
+BLOCK_S = 120.0
+"""``commands.backoff_max_s`` (the tests' rules keep the default): an aborted canary is kept
+from loading this long after its abort, by whichever leader leads."""
+
+
+@dataclass
+class BlockWatch:
+    """Where a version the analysis aborted is HOT — the leader's view (``GetPlacement``)
+    and the fixture's worker (its own ``GetState``) — polled from now until ``stop`` or
+    until its block ends (``BLOCK_S`` after the abort's audit entry, less a margin)."""
+
+    c: Canaries
+    manager: Manager
+    name: str
+    version: str
+    seen: list[str] = field(default_factory=list)
+    """The first sightings (at most 4)."""
+    hot_polls: int = 0
+    polls: int = 0
+    watched_from: float = 0.0
+    """Seconds after the abort the watch began / ended."""
+    watched_to: float = 0.0
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def aborted_at(self) -> float:
+        """The abort's time (epoch seconds) from its audit entry."""
+        conn = await asyncpg.connect(self.c.dsn)
+        try:
+            rows = await conn.fetch(
+                "SELECT EXTRACT(EPOCH FROM at)::float8 AS at, before, after FROM audit_log "
+                "WHERE actor = $1 AND subject = $2 AND action = 'release.canary' ORDER BY id",
+                ACTOR, f"{self.c.tenant}/{self.name}")
+        finally:
+            await conn.close()
+        for r in reversed(rows):
+            before, after = (json.loads(x) if isinstance(x, str) else x
+                             for x in (r["before"], r["after"]))
+            fig = json.loads(after["reason"][len(REASON_PREFIX):])
+            if fig["action"] == "abort" and before["canary_version"] == self.version:
+                return float(r["at"])
+        raise AssertionError(f"no abort of {self.name}@{self.version} in the audit log")
+
+    async def run(self) -> None:
+        at = await self.aborted_at()
+        ref = Ref(self.c.tenant, self.name, self.version, self.c.demo.base_model.name)
+        until = at + BLOCK_S - 10.0
+        self.watched_from = self.watched_to = time.time() - at
+        while not self.stop.is_set() and time.time() < until:
+            hot: list[str] = []
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                hot += [f"{wid} in the leader's placement"
+                        for wid, tier in await self.manager.placement(ref)
+                        if tier == common_pb2.TIER_HOT]
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                if await hot_on_worker(self.c.stack, self.c.worker_address, self.name,
+                                       self.version):
+                    hot.append("the worker's GetState")
+            if hot:
+                self.hot_polls += 1
+                if len(self.seen) < 4:
+                    self.seen.append(f"{' and '.join(hot)} {time.time() - at:.1f}s after "
+                                     "the abort")
+            self.polls += 1
+            self.watched_to = time.time() - at
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), 0.5)
+
+
 DEADLINE_FACTOR = 10.0
 """(d)'s tenant requests are sent with a 60 s deadline until the canary serves; then with
 ``max(abort bound, DEADLINE_FACTOR x the slowest answer so far)``: the slowest answer is
@@ -620,6 +691,10 @@ async def test_d_canary_whose_requests_fail_after_load_is_aborted_within_the_rul
 
     await manager.wait_leader(60)
     await manager.wait_planning(60)
+    # a leader change: (c)'s aborted canary stays out of HOT under the new leader while its
+    # block holds (watched through this test, asserted at its end)
+    blocked = BlockWatch(c, manager, *ABORTED_IN_C)
+    watch = asyncio.create_task(blocked.run())
     # stable first, while the fixture's worker is the only one: HOT there alone
     await c.release(name, v1, ("support", "2026-11-01.1"))
     await c.release(name, v2, ("code", "2026-11-01.1"))
@@ -743,7 +818,17 @@ async def test_d_canary_whose_requests_fail_after_load_is_aborted_within_the_rul
                          every_s=0.5)
         print(f"[measure] (d) engine resumed → canary out of HOT on {b} (its GetState) "
               f"{time.monotonic() - resumed_at:.1f}s")
+        blocked.stop.set()
+        await watch
+        print(f"[measure] (d) (c)'s aborted {blocked.name}@{blocked.version} watched from "
+              f"{blocked.watched_from:.1f}s to {blocked.watched_to:.1f}s after its abort under "
+              f"the new leader: HOT in {blocked.hot_polls} of {blocked.polls} polls "
+              f"{blocked.seen}")
+        assert blocked.hot_polls == 0, (blocked.hot_polls, blocked.polls, blocked.seen)
+        assert blocked.watched_to - blocked.watched_from >= 30.0, blocked.__dict__
     finally:
+        blocked.stop.set()
+        watch.cancel()
         for p in stopped:
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGCONT)
