@@ -1,7 +1,8 @@
 """A flooding tenant in its own process: the isolation tests' load (``test_isolation``).
 
 ``python flood_client.py TARGET STREAMS CLASS TOKENS`` (the tenant's API key on the first
-line of stdin): ``STREAMS`` loops, each sending one ``Generate`` of ``TOKENS`` tokens of
+line of stdin; ``LORAPLANE_GATEWAY_CA_FILE``, as ``loraplane generate`` reads it: TLS
+trusting that CA, the server checked to be ``gateway``; empty or unset: plaintext): ``STREAMS`` loops, each sending one ``Generate`` of ``TOKENS`` tokens of
 request class ``CLASS`` (an ``inference.RequestClass`` value) back to back, a refused
 request retried after its ``retry-after-ms`` hint. Prints ``ready`` once every loop has
 sent its first request; any further line on stdin (or its end) stops the loops, and the
@@ -19,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 
 import grpc
 
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
+from tests.support.tls import GATEWAY_CA_ENV, tenant_channel_to
 
 
 async def flood(target: str, key: str, streams: int, klass: int, tokens: int) -> dict[str, list]:
@@ -38,7 +41,8 @@ async def flood(target: str, key: str, streams: int, klass: int, tokens: int) ->
         adapter="base", prompt="Hello, how are you?", max_tokens=tokens, request_class=klass
     )  # type: ignore[arg-type]
     metadata = (("authorization", f"Bearer {key}"),)
-    async with grpc.aio.insecure_channel(target) as channel:
+    ca_file = os.environ.get(GATEWAY_CA_ENV, "")
+    async with tenant_channel_to(target, ca_file) as channel:
         await asyncio.wait_for(channel.channel_ready(), 60)
         stub = inference_pb2_grpc.InferenceStub(channel)
 

@@ -47,7 +47,7 @@ from loraplane.worker.settings import WorkerSettings
 from loraplane.worker.vllm_engine import VllmEngine
 from tests.support.cache_manager import Launcher, Manager
 from tests.support.registry import TOKEN, registry_settings
-from tests.support.tls import tls_env, tls_settings
+from tests.support.tls import edge_tls_settings, tls_env, tls_settings
 
 
 def free_port() -> int:
@@ -171,13 +171,15 @@ async def serving_worker(stack: Stack, demo: DemoManifest, work: Path, worker_id
 def gateway_settings(stack: Stack, cp: ControlPlane, demo: DemoManifest, *,
                      instance_id: str, **overrides: Any) -> GatewaySettings:
     """An in-process gateway on free ports against ``cp``'s registry (no metrics server;
-    a cache-manager address nobody serves unless the test starts one there)."""
+    a cache-manager address nobody serves unless the test starts one there), its public
+    ports on TLS as the stack's gateways serve them (tenants: ``tenant_channel``)."""
     values: dict[str, Any] = {
         "kafka_bootstrap": stack.settings.kafka_bootstrap, "grpc_port": free_port(),
         "http_port": free_port(), "metrics_port": 0, "registry_addr": cp.registry.address,
         "registry_token": TOKEN, "cache_manager_addr": f"127.0.0.1:{free_port()}",
         "default_base_model": demo.base_model.name, "heat_flush_interval_s": 0.5,
         "instance_id": instance_id, **tls_settings(stack, GATEWAY),
+        **edge_tls_settings(stack),  # its public ports: TLS as the stack's gateways'
     }
     values.update(overrides)
     return GatewaySettings(**values)

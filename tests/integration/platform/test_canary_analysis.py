@@ -85,7 +85,7 @@ from tests.integration.platform.support import (
 from tests.support import eventgen as eg
 from tests.support.cache_manager import Bus, Launcher, Manager
 from tests.support.registry import TOKEN
-from tests.support.tls import internal_channel
+from tests.support.tls import internal_channel, tenant_channel
 
 pytestmark = pytest.mark.engine
 
@@ -262,7 +262,7 @@ class Traffic:
 
 @contextlib.asynccontextmanager
 async def traffic(c: Canaries, adapter: str, **kw: Any) -> AsyncIterator[Traffic]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
+    async with tenant_channel(c.stack, f"127.0.0.1:{c.gateway.grpc_port}") as ch:
         t = Traffic(inference_pb2_grpc.InferenceStub(ch), c.key, adapter, **kw)
         task = asyncio.create_task(t.run())
         try:
@@ -283,7 +283,7 @@ async def stable_hot(c: Canaries, name: str, version: str) -> None:
             return False
 
     await eventually(known)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
+    async with tenant_channel(c.stack, f"127.0.0.1:{c.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
 
         outcomes: Counter[str] = Counter()  # what the requests got (a timeout's message)
@@ -489,7 +489,7 @@ async def test_c_canary_answering_against_its_golden_set_is_aborted_after_load(
     # the owner records the golden answers from the stable version (greedy, as the
     # shadow requests ask)
     golden: list[dict[str, str]] = []
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
+    async with tenant_channel(c.stack, f"127.0.0.1:{c.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
         for prompt in GOLDEN_PROMPTS:
             req = inference_pb2.GenerateRequest(adapter=name, prompt=prompt,
@@ -960,7 +960,7 @@ async def test_e_failing_stable_is_withdrawn_once_across_leader_kills_and_leaves
     assert t.failures == [] and t.served[v1] > 0  # the reference served throughout
 
     async def refused() -> str | None:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
+        async with tenant_channel(c.stack, f"127.0.0.1:{c.gateway.grpc_port}") as ch:
             req = inference_pb2.GenerateRequest(adapter=name, prompt="Hi", max_tokens=1)
             try:
                 [m async for m in inference_pb2_grpc.InferenceStub(ch).Generate(

@@ -61,7 +61,7 @@ from tests.integration.platform.support import (
     serving_worker,
 )
 from tests.support.cache_manager import Manager
-from tests.support.tls import internal_channel
+from tests.support.tls import internal_channel, tenant_channel
 
 pytestmark = pytest.mark.engine
 
@@ -223,7 +223,7 @@ async def test_canary_is_warm_on_every_target_worker_before_its_share_is_set(
         )
     await run_cli(p.cli_env, "promote", f"{p.tenant}/{NAME}", V1, "--reason", "prewarm test")
     await catalog_shows(p.gateway, p.tenant, NAME, lambda e: e.release.stable == V1)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
+    async with tenant_channel(p.stack, f"127.0.0.1:{p.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
 
         async def stable_serves() -> bool:

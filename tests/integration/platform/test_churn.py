@@ -62,6 +62,7 @@ from tests.integration.platform.support import (
     run_cli,
     worker_settings,
 )
+from tests.support.tls import tenant_channel
 
 pytestmark = pytest.mark.engine
 
@@ -207,7 +208,7 @@ async def test_ten_versions_over_four_hot_slots_sixteen_at_a_time(churn: Churn) 
           f"{time.monotonic() - t0:.1f}s")
 
     meta = (("authorization", f"Bearer {key}"),)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{c.gateway.grpc_port}") as ch:
+    async with tenant_channel(c.stack, f"127.0.0.1:{c.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
 
         async def call(adapter: str, klass: int) -> Outcome:

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -60,7 +59,13 @@ from tests.integration.platform.support import (
 )
 from tests.support.cache_manager import Launcher, Manager
 from tests.support.registry import TOKEN
-from tests.support.tls import tls_settings
+from tests.support.tls import (
+    edge_tls_settings,
+    tenant_channel,
+    tenant_http,
+    tenant_url,
+    tls_settings,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -241,7 +246,7 @@ async def test_release_cold_hot_canary_rollback_refusals_revocation_bootstrap(
     print(f"[measure] release (CLI) → admitted → promoted → visible at the gateway: "
           f"{time.monotonic() - t_start:.1f}s")
 
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
+    async with tenant_channel(p.stack, f"127.0.0.1:{p.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
         ta, tb = Tenant(stub, key_a["secret"]), Tenant(stub, key_b["secret"])
 
@@ -349,8 +354,8 @@ async def test_release_cold_hot_canary_rollback_refusals_revocation_bootstrap(
         for bad in ("../legal", f"s3://{p.stack.settings.artifact_bucket}/adapters/x",
                     "file:///etc/passwd", f"{b}/legal"):
             assert (await ta.status(bad))[0] == grpc.StatusCode.INVALID_ARGUMENT, bad
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{p.gateway.http_port}",
-                                     timeout=60) as http:
+        async with tenant_http(p.stack, base_url=tenant_url(p.stack, p.gateway.http_port),
+                               timeout=60) as http:
             auth = {"authorization": f"Bearer {key_a['secret']}"}
             ok = await http.post("/v1/completions", headers=auth,
                                  json={"model": "support", "prompt": "Hi", "max_tokens": 2})
@@ -405,7 +410,7 @@ async def test_release_cold_hot_canary_rollback_refusals_revocation_bootstrap(
             http_port=0, metrics_port=0, registry_addr=p.registry.address,
             registry_token=TOKEN, cache_manager_addr=f"127.0.0.1:{p.manager.grpc_port}",
             consume_events=False, instance_id="gw-bootstrap",
-            **tls_settings(p.stack, GATEWAY),
+            **tls_settings(p.stack, GATEWAY), **edge_tls_settings(p.stack),
         ),
         registry=CollectorRegistry(), serve_metrics=False,
     )

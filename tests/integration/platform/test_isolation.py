@@ -76,6 +76,7 @@ from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.engine import EngineChunk, EngineRequest, EngineTiming
 from loraplane.worker.vllm_engine import VllmEngine
+from tests.support.tls import tenant_channel, tenant_env
 
 sys.path.insert(0, str(Path(__file__).parent))
 from support import control_plane, eventually, gateway_settings, run_cli, worker_settings
@@ -194,6 +195,7 @@ class Iso:
     tenants: dict[str, str]
     channel: grpc.aio.Channel
     engine: RecordingEngine
+    stack: Stack
     figures: dict[str, dict[str, float]] = field(default_factory=dict)
     """What ``_report`` measured, written to ``.loraplane/bench/isolation.json`` at the end
     (``make bench-isolation``)."""
@@ -246,8 +248,8 @@ async def iso(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
                     and bool(g.placement.routable(demo.base_model.name)))
 
         await eventually(seen, timeout_s=60)
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}")
-        it = Iso(gateway, keys, tenants, channel, engine)
+        channel = tenant_channel(stack, f"127.0.0.1:{gateway.grpc_port}")
+        it = Iso(gateway, keys, tenants, channel, engine, stack)
         try:
             yield it
         finally:
@@ -299,6 +301,8 @@ async def _quiet(iso: Iso, who: str, loops: int = 2, n: int = SAMPLES) -> Outcom
 
 
 FLOOD_CLIENT = Path(__file__).with_name("flood_client.py")
+REPO = Path(__file__).resolve().parents[3]
+"""The checkout: the flood client imports ``tests.support.tls`` from it."""
 
 
 class Flood:
@@ -315,7 +319,9 @@ class Flood:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(FLOOD_CLIENT), f"127.0.0.1:{iso.gateway.grpc_port}",
             str(streams), str(klass), str(tokens),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            # a tenant's client: TLS trusting the dev CA with edge TLS (tests.support.tls)
+            env={**os.environ, "PYTHONPATH": str(REPO), **tenant_env(iso.stack)})
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(iso.keys[who].encode() + b"\n")
         await proc.stdin.drain()

@@ -28,7 +28,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 
 from loraplane.devkit.builder import DemoManifest, build_demo
@@ -57,7 +56,7 @@ from tests.integration.platform.support import (
     serving_worker,
 )
 from tests.support.cache_manager import Manager
-from tests.support.tls import internal_channel
+from tests.support.tls import internal_channel, tenant_channel
 
 pytestmark = pytest.mark.engine
 
@@ -217,7 +216,7 @@ async def test_a_joining_worker_holds_the_hottest_versions_before_its_first_requ
         await catalog_shows(p.gateway, p.tenant, name,
                             lambda e, v=version: e.release.stable == v)
     first_id = p.first.settings.worker_id
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
+    async with tenant_channel(p.stack, f"127.0.0.1:{p.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
         served: dict[str, list[inference_pb2.ResolvedAdapter]] = {n: [] for n in REQUESTS}
         for name, n in REQUESTS.items():  # back to back, as a client sends them

@@ -49,7 +49,7 @@ from tests.integration.platform.support import (
     serving_worker,
     tenant_with_key,
 )
-from tests.support.tls import internal_channel
+from tests.support.tls import internal_channel, tenant_channel
 
 pytestmark = pytest.mark.engine
 
@@ -174,7 +174,7 @@ async def _client(stub: inference_pb2_grpc.InferenceStub, key: str, load: Load) 
 @contextlib.asynccontextmanager
 async def steady_load(p: Platform, clients: int = 3) -> AsyncIterator[Load]:
     load = Load()
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
+    async with tenant_channel(p.stack, f"127.0.0.1:{p.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
         tasks = [asyncio.create_task(_client(stub, p.key, load)) for _ in range(clients)]
         try:
@@ -202,7 +202,7 @@ async def outage(p: Platform, component: Component, *, before_s: float = 1.0,
 
 async def _make_hot(p: Platform) -> None:
     """One background request loads the stable version; then it is HOT on the worker."""
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{p.gateway.grpc_port}") as ch:
+    async with tenant_channel(p.stack, f"127.0.0.1:{p.gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
         req = inference_pb2.GenerateRequest(adapter="support", prompt="Hi", max_tokens=1,
                                             request_class=BACKGROUND)

@@ -47,7 +47,7 @@ from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2, events_pb2, inference_pb2, inference_pb2_grpc
 from loraplane.worker.app import WorkerApp
 from loraplane.worker.null_engine import NullEngine
-from tests.support.tls import tls_settings
+from tests.support.tls import edge_tls_settings, tenant_channel, tls_settings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "worker"))
 sys.path.insert(0, str(Path(__file__).parent))
@@ -143,6 +143,7 @@ async def platform(stack: Stack, unique: str, tmp_path: Path
         http_port=free_port(), metrics_port=0, bootstrap=False, heat_flush_interval_s=0.5,
         instance_id=f"series-{unique}", default_base_model=demo.base_model.name,
         cache_manager_addr=f"127.0.0.1:{free_port()}", **tls_settings(stack, GATEWAY),
+        **edge_tls_settings(stack),
     ), registry=CollectorRegistry(), serve_metrics=False)
     await gateway.start()
     pub = KafkaPublisher(stack.settings.kafka(), client_id=f"series-{unique}")
@@ -222,7 +223,7 @@ async def test_live_series_stay_within_the_bound_while_1000_versions_churn(
             ledger.gone_at[version] = now
         return leaving
 
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as ch:
+    async with tenant_channel(stack, f"127.0.0.1:{gateway.grpc_port}") as ch:
         stub = inference_pb2_grpc.InferenceStub(ch)
         previous: dict[str, tuple[str, int]] = {}
         for round_ in range(VERSIONS // ADAPTERS):
