@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 
+from loraplane.cache_manager import store
 from loraplane.cache_manager.canary_analysis import AnalysisRules, Reason, StableAction
 from loraplane.cache_manager.canary_runner import (
     ACTOR,
@@ -25,9 +26,12 @@ from loraplane.cache_manager.canary_runner import (
     observe,
 )
 from loraplane.cache_manager.canary_window import CanaryWindow
-from loraplane.cache_manager.core import ApplyResult
-from loraplane.cache_manager.model import Pointers
+from loraplane.cache_manager.core import ABORTED, WITHDRAWN, ApplyResult, CacheCore
+from loraplane.cache_manager.model import Pointers, TakenOut
+from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.state import Applied, State
+from loraplane.policy.config import load_config
+from loraplane.policy.factory import make_policy
 from loraplane.shared.tls import CACHE_MANAGER
 from loraplane.shared.topics import new_meta
 from loraplane.stack.stack import Stack
@@ -57,6 +61,73 @@ async def pointers(registry: Registry, tid: str, name: str) -> Pointers:
         tenant_id=tid, adapter_name=name))).release  # type: ignore[attr-defined]
     return Pointers(stable=rel.stable_version, canary=rel.canary_version,
                     canary_percent=rel.canary_percent, rollback_to=rel.rollback_to)
+
+
+async def taken_out(registry: Registry, tid: str) -> list[TakenOut]:
+    """What a new leader reads at takeover (``store.taken_out``, the last 120 s): this
+    tenant's entries."""
+    assert registry.app.pool is not None
+    async with registry.app.pool.acquire() as conn:
+        return [t for t in await store.taken_out(conn, 120.0)
+                if t.version_id.startswith(f"{tid}/")]
+
+
+async def new_leader_blocks(registry: Registry, tid: str, now: float) -> list[str]:
+    """The blocks a new leader of this tenant rebuilds at takeover (``leader._lead``)."""
+    assert registry.app.pool is not None
+    cfg = load_config()
+    core = CacheCore(policy=make_policy("heat", cfg), policy_config=cfg, rules=RulesConfig(),
+                     worker_timeout_s=30, tenants=frozenset({tid}))
+    async with registry.app.pool.acquire() as conn:
+        core.state.load_registry(*await store.read_registry(conn, frozenset({tid})))
+        taken = await store.taken_out(conn, 120.0)
+        withdrawn = await store.withdrawn(conn)
+    return core.restore_blocks(taken, withdrawn, now)
+
+
+async def test_an_abort_is_rebuilt_by_a_new_leader_from_the_registrys_audit_entry(
+    stack: Stack, registry: Registry, unique: str
+) -> None:
+    """The analysis' abort (``SetCanary("", 0)`` by ``system/canary-analysis``, the figures
+    in the reason) is what a new leader reads back from the registry's audit log and blocks;
+    an operator's abort is not; once a person makes the version the canary again, nothing
+    is blocked."""
+    tid = await registry.tenant(unique)
+    name = "bot"
+    for v in ("v1", "v2", "v3"):
+        await registry.admitted(tid, name, v)
+    await registry.call("Promote", R.PromoteRequest(tenant_id=tid, adapter_name=name,
+                                                    version="v1", reason="test"))
+    actions = GrpcRegistryActions(registry.app.address, TOKEN,
+                                  tls=tls_files(stack, CACHE_MANAGER))  # the cache-manager's
+    try:
+        # v3: aborted by an operator (not the analysis' block)
+        await registry.call("SetCanary", R.SetCanaryRequest(
+            tenant_id=tid, adapter_name=name, version="v3", percent=10, reason="test"))
+        await registry.call("SetCanary", R.SetCanaryRequest(
+            tenant_id=tid, adapter_name=name, version="", percent=0, reason="by hand"))
+        # v2: advanced, then aborted by the analysis
+        await registry.call("SetCanary", R.SetCanaryRequest(
+            tenant_id=tid, adapter_name=name, version="v2", percent=10, reason="test"))
+        await actions.set_share(tid, name, "v2", 50, REASON_PREFIX + json.dumps(
+            {"action": "advance", "reason": "passed"}))
+        before = time.time()
+        await actions.set_share(tid, name, "", 0, REASON_PREFIX + json.dumps(
+            {"action": "abort", "reason": "error_rate", "detail": "3 of 10 failed"}))
+        after = time.time()
+    finally:
+        await actions.close()
+    vid = f"{tid}/{name}@v2"
+    taken = await taken_out(registry, tid)
+    assert [(t.version_id, t.reason) for t in taken] == [(vid, ABORTED)], taken
+    assert before - 5 <= taken[0].at <= after + 5, (before, taken[0].at, after)
+    assert await new_leader_blocks(registry, tid, time.time()) == [vid]
+    # a person makes it the canary again: the abort is superseded
+    await registry.call("SetCanary", R.SetCanaryRequest(
+        tenant_id=tid, adapter_name=name, version="v2", percent=10, reason="fixed"))
+    assert await new_leader_blocks(registry, tid, time.time()) == []
+    print(f"[measure] abort read back from the audit log, {taken[0].at - before:+.3f}s from "
+          "the call; superseded by a new canary")
 
 
 async def test_failing_stable_is_rolled_back_once_through_the_registry_audited(
@@ -110,6 +181,10 @@ async def test_failing_stable_is_rolled_back_once_through_the_registry_audited(
     assert fig["stable"]["version"] == "v2" and fig["stable"]["errors"] == 12
     assert fig["reference"]["requests"] == 200
     print(f"[measure] stable rollback: {fig['detail']}")
+    # a new leader keeps the version rolled back from out (the registry withdrew it)
+    assert [(t.version_id, t.reason) for t in await taken_out(registry, tid)] == [
+        (f"{tid}/{name}@v2", WITHDRAWN)]
+    assert await new_leader_blocks(registry, tid, time.time()) == [f"{tid}/{name}@v2"]
 
 
 async def test_a_withdrawal_is_audited_kept_by_the_registry_across_a_leader_change(
@@ -169,6 +244,10 @@ async def test_a_withdrawal_is_audited_kept_by_the_registry_across_a_leader_chan
         assert held2 == [vid]  # kept out of HOT, no second step
     finally:
         await actions.close()
+    # ... and a new cache-manager leader starts with it blocked (before its first round)
+    assert [(t.version_id, t.reason) for t in await taken_out(registry, tid)] == [
+        (vid, WITHDRAWN)]
+    assert await new_leader_blocks(registry, tid, time.time()) == [vid]
     version = (await registry.call("GetVersion", R.GetVersionRequest(
         tenant_id=tid, adapter_name=name, version="v1"))).version  # type: ignore[attr-defined]
     assert "no version to roll back to" in version.withdrawn_reason
@@ -194,5 +273,6 @@ async def test_a_withdrawal_is_audited_kept_by_the_registry_across_a_leader_chan
         tenant_id=tid, adapter_name=name, version="v1"))).version  # type: ignore[attr-defined]
     assert version.withdrawn_reason == ""
     assert vid not in await PgRunStore(registry.app.pool, deployment).withdrawn()
+    assert await new_leader_blocks(registry, tid, time.time()) == []  # released again
     print(f"[measure] withdraw: {fig['detail']}; one version.withdraw entry across the "
           "leader change; promoted again by a person: withdrawal ended")
