@@ -208,6 +208,9 @@ async def _serve_async(role: str, out: Any, worker_addr: str, worker_kind: str,
         await server.wait_for_termination()
     elif role in ("gateway", MTLS, EDGE) or role.startswith(X2):
         app = await _start_gateway(worker_addr, version, tls, options)
+        from loraplane.gateway.__main__ import tune_collector
+
+        tune_collector(app.settings)  # as python -m loraplane.gateway does after start
         out.put((role, "gateway", app.grpc_port, version))
         await asyncio.Event().wait()
 

@@ -7,6 +7,7 @@ argument is taken (:mod:`loraplane.shared.service_cli`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Sequence
@@ -23,6 +24,17 @@ OpenAI-compatible HTTP API. Authenticates API keys, resolves the adapter version
 quotas and cold-start budgets, and routes each request to a worker holding it."""
 
 
+def tune_collector(settings: GatewaySettings) -> None:
+    """After start: freeze what start built (views, imports, servers live as long as the
+    process: a full collection need not walk them) and set the generation-0 threshold
+    (``gc_gen0_threshold``; 0: Python's default)."""
+    gc.collect()
+    gc.freeze()
+    if settings.gc_gen0_threshold:
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(settings.gc_gen0_threshold, gen1, gen2)
+
+
 async def serve(settings: GatewaySettings) -> None:
     """Start the gateway, wait for a stop signal, stop gracefully."""
     stop = asyncio.Event()
@@ -31,6 +43,7 @@ async def serve(settings: GatewaySettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     app = GatewayApp(settings)
     await app.start()
+    tune_collector(settings)
     log.info("gateway serving: grpc %s:%d, http %s:%d, event loop %s", settings.bind_host,
              app.grpc_port, settings.bind_host, app.http_port if app.http else 0,
              type(loop).__module__.split(".")[0])
