@@ -363,7 +363,10 @@ async def test_a_caller_closing_the_stream_ends_the_worker_call_within_the_close
         labels = {"tenant": "acme", "adapter": "support", "version": "v1",
                   "class": "interactive", "outcome": "cancelled"}
         assert h.metric("loraplane_gateway_requests_total", labels) == 1
-        for _ in range(50):
+        # the worker sees it when the stream's reset reaches its server (its own task, on
+        # this loop): awaited up to 10 s, not 1 s - under load 20 (other jobs' benches) the
+        # 1 s poll ran out once (08:00-08:07 UTC, 5 December)
+        for _ in range(500):
             if w.cancelled:
                 break
             await asyncio.sleep(0.02)
