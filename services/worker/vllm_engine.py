@@ -11,6 +11,7 @@ This class is a thin translation layer; the safety rules live in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -237,5 +238,17 @@ class VllmEngine:
         return int(self._llm.get_num_unfinished_requests())
 
     async def close(self) -> None:
-        """Shut the engine core down (its process is a child of this one)."""
-        shutdown_engine(self._llm)
+        """Shut the engine core down (its process is a child of this one).
+
+        In a worker thread: vLLM's shutdown waits for the engine-core process to exit (up
+        to 30 s), and every other task of this loop (another worker's state reports, a
+        gateway, in tests and single-process stacks) must go on meanwhile. vLLM hands the
+        loop's own clean-up back to the loop (``call_soon_threadsafe``). Its output handler
+        (a task of this loop) is cancelled first, as vLLM's shutdown would: running
+        meanwhile, it would see the engine core exit and log that as a failure."""
+        handler = getattr(self._llm, "output_handler", None)
+        if isinstance(handler, asyncio.Task) and not handler.done():
+            handler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await handler
+        await asyncio.to_thread(shutdown_engine, self._llm)
