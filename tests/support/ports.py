@@ -12,6 +12,8 @@ after another, so only blocks alive at once must differ.
 
 from __future__ import annotations
 
+import socket
+
 from loraplane.stack.settings import StackSettings
 
 SIDE_BLOCK = 120
@@ -29,3 +31,10 @@ def side_port_base(block: int) -> int:
     base = StackSettings(profile="test").port_base
     assert base is not None
     return base + SIDE_BLOCK * block
+
+
+def free_port() -> int:
+    """A port the kernel hands out now (bound and released: free until someone binds it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

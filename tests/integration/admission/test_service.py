@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from loraplane.admission import admitter as admitter_mod
 from loraplane.admission.app import AdmissionApp
 from loraplane.stack.stack import Stack
 from loraplane.v1 import events_pb2
+from tests.support.ports import free_port
 
 from .conftest import Keys, admission_settings
 from .corpus import Built, Case, Env, base_copy, signed
@@ -184,12 +184,6 @@ def _get(url: str) -> str:
         return resp.read().decode()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _until(check: Callable[[], bool], timeout: float) -> None:
     async with asyncio.timeout(timeout):
         while not check():
@@ -202,7 +196,7 @@ async def test_entry_point_serves_and_stops(
     release = await asyncio.to_thread(_release, corpus_env, stack, s3, tenants["globex"],
                                       "entry-point")
     u = uuid.uuid4().hex[:8]
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **stack.settings.client_env(),
            "LORAPLANE_ADMISSION_METRICS_PORT": str(port),
            "LORAPLANE_ADMISSION_RELEASES_TOPIC": f"adapter.releases.e{u}",

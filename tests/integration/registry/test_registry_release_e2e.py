@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import sys
 import urllib.request
@@ -38,16 +37,11 @@ from loraplane.shared.signing import sign_directory
 from loraplane.shared.tls import GATEWAY, OPERATOR, REGISTRY_ID
 from loraplane.shared.topics import ADAPTER_ADMISSIONS, ADAPTER_RELEASES
 from loraplane.stack.stack import Stack
+from tests.support.ports import free_port
 from tests.support.tls import tls_env
 
 TOKEN = "e2e-operator-token-0123456789"
 LOGS = Path(os.environ.get("LORAPLANE_TEST_LOGS", "/tmp"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -125,7 +119,7 @@ async def e2e(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
     demo = await asyncio.to_thread(build_demo)
     work = tmp_path_factory.mktemp("e2e")
     ns = f"e2e{uuid.uuid4().hex[:8]}."
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     base = {**os.environ, **stack.settings.client_env(), "HF_HUB_OFFLINE": "1"}
     registry_env = {
         **base,
@@ -267,7 +261,7 @@ async def test_an_unreachable_registry_or_object_store_is_named_and_exits_5(
     assert rc == 0, err
     args = e2e.release_args(e2e.adapter_copy("unreachable", keep_signature=False), tenant, "v1")
 
-    closed = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens there
     env = dict(e2e.env)
     e2e.env["LORAPLANE_REGISTRY_ADDR"] = closed
     try:

@@ -27,6 +27,13 @@ ACME_KEY = "lp_acme_secret"
 GLOBEX_KEY = "lp_globex_secret"
 
 
+class NullPublisher:
+    """A gateway's event publisher that drops what it is given."""
+
+    async def publish(self, topic: str, msg: object) -> None:
+        return None
+
+
 @dataclass
 class Harness:
     gateway: Gateway

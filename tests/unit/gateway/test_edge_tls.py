@@ -8,13 +8,11 @@ import asyncio
 import datetime as dt
 import logging
 import os
-import socket
 import ssl
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 import httpx
@@ -36,17 +34,9 @@ from loraplane.shared.tls import (
 )
 from loraplane.stack.certs import CertFiles, ensure_dev_pki, issue, make_ca
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
+from tests.support.ports import free_port
 
-
-class _NullPublisher:
-    async def publish(self, topic: str, msg: Any) -> None:
-        return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from .harness import NullPublisher
 
 
 @pytest.fixture
@@ -58,10 +48,10 @@ def pki(tmp_path: Path) -> dict[str, CertFiles]:
 async def gateway(pki: dict[str, CertFiles]) -> AsyncIterator[GatewayApp]:
     cert = pki["gateway"]
     settings = GatewaySettings(
-        grpc_port=_free_port(), http_port=_free_port(), metrics_port=0, bootstrap=False,
+        grpc_port=free_port(), http_port=free_port(), metrics_port=0, bootstrap=False,
         consume_events=False, worker_probe_interval_s=0, instance_id="edge-tls",
         edge_tls_cert_file=str(cert.cert), edge_tls_key_file=str(cert.key))
-    app = GatewayApp(settings, publisher=_NullPublisher(), registry=CollectorRegistry(),
+    app = GatewayApp(settings, publisher=NullPublisher(), registry=CollectorRegistry(),
                      serve_metrics=False)
     await app.start()
     try:
@@ -136,10 +126,10 @@ async def test_the_grpc_edge_certificate_is_reloaded_without_a_restart(
     key.write_bytes(first.key.read_bytes())
     metrics = CollectorRegistry()
     settings = GatewaySettings(
-        grpc_port=_free_port(), http_port=0, metrics_port=0, bootstrap=False,
+        grpc_port=free_port(), http_port=0, metrics_port=0, bootstrap=False,
         consume_events=False, worker_probe_interval_s=0, instance_id="edge-reload",
         edge_tls_cert_file=str(cert), edge_tls_key_file=str(key))
-    app = GatewayApp(settings, publisher=_NullPublisher(), registry=metrics,
+    app = GatewayApp(settings, publisher=NullPublisher(), registry=metrics,
                      serve_metrics=False)
     await app.start()
 
@@ -216,11 +206,11 @@ async def test_the_https_edge_certificate_is_reloaded_without_a_restart(
     _install(first[1], first[2], cert, key)
     metrics = CollectorRegistry()
     settings = GatewaySettings(
-        grpc_port=_free_port(), http_port=_free_port(), metrics_port=0, bootstrap=False,
+        grpc_port=free_port(), http_port=free_port(), metrics_port=0, bootstrap=False,
         consume_events=False, worker_probe_interval_s=0, instance_id="edge-https-reload",
         edge_tls_cert_file=str(cert), edge_tls_key_file=str(key),
         edge_tls_check_interval_s=0.05)
-    app = GatewayApp(settings, publisher=_NullPublisher(), registry=metrics,
+    app = GatewayApp(settings, publisher=NullPublisher(), registry=metrics,
                      serve_metrics=False)
     await app.start()
     port = app.http_port

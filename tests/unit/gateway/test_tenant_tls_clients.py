@@ -7,7 +7,6 @@ which names ``127.0.0.1`` too, is refused on both ports - and with
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from loraplane.gateway.settings import GatewaySettings
 from loraplane.stack.certs import ensure_dev_pki
 from loraplane.stack.settings import StackSettings
 from loraplane.stack.stack import Stack
+from tests.support.ports import free_port
 from tests.support.tls import (
     blocking_tenant_http,
     edge_tls_settings,
@@ -33,16 +33,7 @@ from tests.support.tls import (
     tenant_url,
 )
 
-
-class _NullPublisher:
-    async def publish(self, topic: str, msg: Any) -> None:
-        return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from .harness import NullPublisher
 
 
 def _stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **over: Any) -> Stack:
@@ -57,10 +48,10 @@ def _stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **over: Any) -> Stac
 @asynccontextmanager
 async def _gateway(**edge: str) -> AsyncIterator[GatewayApp]:
     settings = GatewaySettings(
-        grpc_port=_free_port(), http_port=_free_port(), metrics_port=0, bootstrap=False,
+        grpc_port=free_port(), http_port=free_port(), metrics_port=0, bootstrap=False,
         consume_events=False, worker_probe_interval_s=0, instance_id="tenant-clients",
         **edge)
-    app = GatewayApp(settings, publisher=_NullPublisher(), registry=CollectorRegistry(),
+    app = GatewayApp(settings, publisher=NullPublisher(), registry=CollectorRegistry(),
                      serve_metrics=False)
     await app.start()
     try:
