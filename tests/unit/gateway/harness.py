@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import grpc
 from prometheus_client import CollectorRegistry
 
-from loraplane.gateway.app import build_gateway
+from loraplane.gateway.app import GatewayApp, build_gateway
 from loraplane.gateway.auth import key_hash
 from loraplane.gateway.budget import BudgetConfig
 from loraplane.gateway.grpc_api import build_grpc_server
@@ -19,6 +19,7 @@ from loraplane.gateway.settings import GatewaySettings
 from loraplane.shared.grpcutil import GrpcServer
 from loraplane.v1 import inference_pb2_grpc
 from tests.support.echo_worker import EchoWorker, serve_echo_worker
+from tests.support.ports import free_port
 
 from . import events as ev
 from .test_emit import Recorder
@@ -32,6 +33,22 @@ class NullPublisher:
 
     async def publish(self, topic: str, msg: object) -> None:
         return None
+
+
+@asynccontextmanager
+async def bare_gateway(instance_id: str, **settings: str) -> AsyncIterator[GatewayApp]:
+    """A started gateway on free ports, no bootstrap, no events, no probes, no metrics
+    port (``settings``: more of its settings, e.g. the edge TLS files); stopped after."""
+    app = GatewayApp(
+        GatewaySettings(grpc_port=free_port(), http_port=free_port(), metrics_port=0,
+                        bootstrap=False, consume_events=False, worker_probe_interval_s=0,
+                        instance_id=instance_id, **settings),  # type: ignore[arg-type]
+        publisher=NullPublisher(), registry=CollectorRegistry(), serve_metrics=False)
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop(0.5)
 
 
 @dataclass

@@ -36,7 +36,7 @@ from loraplane.stack.certs import CertFiles, ensure_dev_pki, issue, make_ca
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
 from tests.support.ports import free_port
 
-from .harness import NullPublisher
+from .harness import NullPublisher, bare_gateway
 
 
 @pytest.fixture
@@ -47,17 +47,9 @@ def pki(tmp_path: Path) -> dict[str, CertFiles]:
 @pytest.fixture
 async def gateway(pki: dict[str, CertFiles]) -> AsyncIterator[GatewayApp]:
     cert = pki["gateway"]
-    settings = GatewaySettings(
-        grpc_port=free_port(), http_port=free_port(), metrics_port=0, bootstrap=False,
-        consume_events=False, worker_probe_interval_s=0, instance_id="edge-tls",
-        edge_tls_cert_file=str(cert.cert), edge_tls_key_file=str(cert.key))
-    app = GatewayApp(settings, publisher=NullPublisher(), registry=CollectorRegistry(),
-                     serve_metrics=False)
-    await app.start()
-    try:
+    async with bare_gateway("edge-tls", edge_tls_cert_file=str(cert.cert),
+                            edge_tls_key_file=str(cert.key)) as app:
         yield app
-    finally:
-        await app.stop(0.5)
 
 
 def test_settings_need_both_files_and_a_matching_pair(pki: dict[str, CertFiles]) -> None:

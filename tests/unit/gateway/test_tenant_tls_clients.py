@@ -7,8 +7,7 @@ which names ``127.0.0.1`` too, is refused on both ports - and with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,11 @@ import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client import CollectorRegistry
 
 from loraplane.gateway.app import GatewayApp
-from loraplane.gateway.settings import GatewaySettings
 from loraplane.stack.certs import ensure_dev_pki
 from loraplane.stack.settings import StackSettings
 from loraplane.stack.stack import Stack
-from tests.support.ports import free_port
 from tests.support.tls import (
     blocking_tenant_http,
     edge_tls_settings,
@@ -33,7 +29,7 @@ from tests.support.tls import (
     tenant_url,
 )
 
-from .harness import NullPublisher
+from .harness import bare_gateway
 
 
 def _stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **over: Any) -> Stack:
@@ -45,19 +41,8 @@ def _stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **over: Any) -> Stac
     return Stack(s)
 
 
-@asynccontextmanager
-async def _gateway(**edge: str) -> AsyncIterator[GatewayApp]:
-    settings = GatewaySettings(
-        grpc_port=free_port(), http_port=free_port(), metrics_port=0, bootstrap=False,
-        consume_events=False, worker_probe_interval_s=0, instance_id="tenant-clients",
-        **edge)
-    app = GatewayApp(settings, publisher=NullPublisher(), registry=CollectorRegistry(),
-                     serve_metrics=False)
-    await app.start()
-    try:
-        yield app
-    finally:
-        await app.stop(0.5)
+def _gateway(**edge: str) -> AbstractAsyncContextManager[GatewayApp]:
+    return bare_gateway("tenant-clients", **edge)
 
 
 async def _grpc_serving(stack: Stack, app: GatewayApp) -> bool:
