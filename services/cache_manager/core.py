@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from google.protobuf.message import Message
 
 from loraplane.cache_manager.model import (
+    ABORTED,
+    WITHDRAWN,
     CommandKind,
     CommandSpec,
     Ref,
@@ -124,9 +126,6 @@ class Block:
     reason: str
     detail: str
 
-
-ABORTED = "canary_aborted"
-WITHDRAWN = "stable_withdrawn"
 
 
 @dataclass(slots=True)

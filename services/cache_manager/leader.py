@@ -50,7 +50,7 @@ from loraplane.cache_manager.kafka_io import (
 )
 from loraplane.cache_manager.messages import build_command, build_hot_order
 from loraplane.cache_manager.metrics import CacheMetrics, StateCollector
-from loraplane.cache_manager.model import CommandKind, Tier, version_id
+from loraplane.cache_manager.model import WITHDRAWN, CommandKind, Tier, version_id
 from loraplane.cache_manager.planner import HotOrder
 from loraplane.cache_manager.rules import RulesConfig
 from loraplane.cache_manager.settings import CacheManagerSettings
@@ -531,7 +531,7 @@ class CacheManagerService:
             self._trigger.set()
 
         def withdrawn(vid: str, now: float, detail: str) -> None:
-            core.canary_aborted(vid, now, reason="stable_withdrawn", detail=detail)
+            core.canary_aborted(vid, now, reason=WITHDRAWN, detail=detail)
             self._trigger.set()
 
         def golden_pending(vid: str) -> bool:

@@ -158,6 +158,13 @@ ACTOR = "system/canary-analysis"
 """Who acts for the canary analysis in the registry's audit log."""
 
 
+ABORTED = "canary_aborted"
+"""Reason of a block: the canary analysis aborted the canary."""
+WITHDRAWN = "stable_withdrawn"
+"""Reason of a block: the canary analysis withdrew the version (a failing stable one, or
+the one a rollback left)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TakenOut:
     """A step of the canary analysis that takes a version out of HOT, as the registry keeps

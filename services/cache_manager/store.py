@@ -25,10 +25,11 @@ from typing import Any
 
 import asyncpg
 
-from loraplane.cache_manager.core import ABORTED, WITHDRAWN
 from loraplane.cache_manager.model import (
+    ABORTED,
     ACTOR,
     REASON_PREFIX,
+    WITHDRAWN,
     Pointers,
     Ref,
     Status,
