@@ -29,6 +29,7 @@ import typer
 import yaml
 
 from loraplane.gateway.cli import _api_key
+from loraplane.shared.tls import edge_channel
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
 app = typer.Typer(help="Golden sets of the canary analysis.", no_args_is_help=True,
@@ -138,8 +139,7 @@ def _grpc_ask(gateway: str, key: str, ca: bytes | None, timeout_s: float,
               name: str) -> tuple[Ask, grpc.Channel]:
     """An :data:`Ask` for adapter ``name`` over the gateway's ``Inference.Generate``: TLS
     trusting ``ca`` (PEM) when given, plaintext otherwise."""
-    channel = (grpc.secure_channel(gateway, grpc.ssl_channel_credentials(ca))
-               if ca is not None else grpc.insecure_channel(gateway))
+    channel = edge_channel(gateway, ca)
     stub = inference_pb2_grpc.InferenceStub(channel)
     metadata = (("authorization", f"Bearer {key}"),)
 

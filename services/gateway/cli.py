@@ -21,6 +21,7 @@ import typer
 from loraplane.gateway.budget import TIER_NAMES
 from loraplane.gateway.grpc_api import REQUEST_ID_METADATA
 from loraplane.shared.grpcutil import RETRY_AFTER_METADATA
+from loraplane.shared.tls import edge_channel
 from loraplane.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
 CLASSES = {
@@ -99,8 +100,7 @@ def generate(
         metadata.append((REQUEST_ID_METADATA, request_id))
     ca_file = os.environ.get("LORAPLANE_GATEWAY_CA_FILE", "")
     try:
-        channel = (grpc.secure_channel(gateway, grpc.ssl_channel_credentials(
-            Path(ca_file).read_bytes())) if ca_file else grpc.insecure_channel(gateway))
+        channel = edge_channel(gateway, Path(ca_file).read_bytes() if ca_file else None)
     except OSError as exc:
         typer.echo(f"error: LORAPLANE_GATEWAY_CA_FILE={ca_file}: {exc.strerror}", err=True)
         raise typer.Exit(2) from None

@@ -502,6 +502,37 @@ def secure_or_insecure_aio_channel(
         address, files.channel_credentials(), options=[*opts, server_name_option(server)])
 
 
+def _edge_dial(ca: bytes | None, server: str | None, options: Iterable[tuple[str, Any]]
+               ) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, Any]]]:
+    opts = channel_options(options)
+    if ca is None:
+        return None, opts
+    if server is not None:
+        opts.append(server_name_option(server))
+    return grpc.ssl_channel_credentials(ca), opts
+
+
+def edge_channel(address: str, ca: bytes | None, *, server: str | None = None,
+                 options: Iterable[tuple[str, Any]] = ()) -> grpc.Channel:
+    """A tenant's channel to a gateway's public gRPC port: TLS trusting ``ca`` (PEM; no
+    client certificate, tenants present API keys), the certificate checked to name
+    ``server`` (default: the host dialled); plaintext when ``ca`` is ``None``. The
+    platform's :func:`channel_options`, ``options`` on top."""
+    credentials, opts = _edge_dial(ca, server, options)
+    if credentials is None:
+        return grpc.insecure_channel(address, options=opts)
+    return grpc.secure_channel(address, credentials, options=opts)
+
+
+def edge_aio_channel(address: str, ca: bytes | None, *, server: str | None = None,
+                     options: Iterable[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+    """The asyncio twin of :func:`edge_channel`."""
+    credentials, opts = _edge_dial(ca, server, options)
+    if credentials is None:
+        return grpc.aio.insecure_channel(address, options=opts)
+    return grpc.aio.secure_channel(address, credentials, options=opts)
+
+
 def secure_or_insecure_channel(
     address: str, files: TlsFiles | None, *, server: str,
     options: Iterable[tuple[str, Any]] = (),

@@ -66,10 +66,10 @@ from loraplane.shared.tls import (
     GATEWAY,
     TLS_ENV,
     TlsFiles,
-    channel_options,
+    edge_aio_channel,
+    edge_channel,
     secure_or_insecure_aio_channel,
     secure_or_insecure_channel,
-    server_name_option,
 )
 from loraplane.stack import supervisor
 from loraplane.stack.certs import DEV_IDENTITIES, ensure_dev_pki, issue, make_ca, write_identity
@@ -157,16 +157,6 @@ def tenant_env(stack: Stack) -> dict[str, str]:
     return {GATEWAY_CA_ENV: str(ca) if ca else ""}
 
 
-def _tenant_dial(ca_file: Path | str | None, options: Iterable[tuple[str, Any]]
-                 ) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, Any]]]:
-    """Credentials (``None``: plaintext) and options of a tenant's channel."""
-    opts = channel_options(options)
-    if not ca_file:
-        return None, opts
-    return (grpc.ssl_channel_credentials(Path(ca_file).read_bytes()),
-            [*opts, server_name_option(GATEWAY)])
-
-
 def tenant_channel_to(address: str, ca_file: Path | str | None, *,
                       options: Iterable[tuple[str, Any]] = ()) -> grpc.aio.Channel:
     """An asyncio channel to a gateway's public gRPC port at ``address``: TLS trusting
@@ -175,10 +165,8 @@ def tenant_channel_to(address: str, ca_file: Path | str | None, *,
     (:func:`~loraplane.shared.tls.channel_options`: a dropped connection is dialled again
     within a second; the handshake keeps gRPC's own connect deadline), ``options`` on
     top."""
-    credentials, opts = _tenant_dial(ca_file, options)
-    if credentials is None:
-        return grpc.aio.insecure_channel(address, options=opts)
-    return grpc.aio.secure_channel(address, credentials, options=opts)
+    return edge_aio_channel(address, Path(ca_file).read_bytes() if ca_file else None,
+                            server=GATEWAY, options=options)
 
 
 def tenant_channel(stack: Stack, address: str, *,
@@ -191,10 +179,9 @@ def tenant_channel(stack: Stack, address: str, *,
 def blocking_tenant_channel(stack: Stack, address: str, *,
                             options: Iterable[tuple[str, Any]] = ()) -> grpc.Channel:
     """The blocking-API twin of :func:`tenant_channel`."""
-    credentials, opts = _tenant_dial(edge_ca_file(stack), options)
-    if credentials is None:
-        return grpc.insecure_channel(address, options=opts)
-    return grpc.secure_channel(address, credentials, options=opts)
+    ca = edge_ca_file(stack)
+    return edge_channel(address, ca.read_bytes() if ca else None, server=GATEWAY,
+                        options=options)
 
 
 def tenant_url(stack: Stack, port: int) -> str:
