@@ -53,6 +53,8 @@ from loraplane.policy.factory import make_policy
 from loraplane.shared import topics
 from loraplane.shared.codec import decode, encode
 from loraplane.shared.settings import CommonSettings
+from loraplane.stack.settings import StackSettings
+from loraplane.stack.stack import Stack
 from loraplane.v1 import common_pb2
 from tests.support import eventgen as ev
 
@@ -236,7 +238,10 @@ async def bench_e2e(settings: CommonSettings, bursts: int, backlog: int, per_bat
     bus = Bus(settings.kafka_bootstrap)
     await bus.start()
     workdir = Path(tempfile.mkdtemp(prefix="cm-bench-"))
-    launcher = Launcher(env, workdir, tag, tenants=tenant)
+    # the stack scripts/with_stack.sh started (its LORAPLANE_STACK_* in the environment):
+    # the manager serves and dials with mutual TLS as that stack's dev CA's cache-manager
+    stack = Stack(StackSettings(profile="run"))
+    launcher = Launcher(env, workdir, tag, tenants=tenant, stack=stack)
     worker = ev.WorkerSpec(f"bench-w-{tag}", slots=bursts + 30, warm_bytes=10**12)
     hb = await Heartbeat(bus, worker).start()
     responder = Responder(bus, worker).start()

@@ -67,9 +67,11 @@ def status(profile: str = ProfileOpt, as_json: bool = typer.Option(False, "--jso
 
 @app.command()
 def env(profile: str = ProfileOpt) -> None:
-    """Print the LORAPLANE_* variables that point clients at this stack."""
-    for k, v in _stack(profile).settings.client_env().items():
-        typer.echo(f"{k}={v}")
+    """Print the LORAPLANE_* variables that point clients at this stack, quoted for a
+    shell (``eval "$(loraplane stack env)"``)."""
+    from loraplane.stack.supervisor import shell_assignments
+
+    typer.echo(shell_assignments(_stack(profile).settings.client_env()), nl=False)
 
 
 @app.command()

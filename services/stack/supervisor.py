@@ -30,12 +30,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,10 +286,29 @@ class _Restarts:
     """Since when its (running) process has failed every health check."""
 
 
-def write_env_file(path: Path, values: dict[str, str]) -> None:
+def shell_assignments(values: Mapping[str, str]) -> str:
+    """``KEY=value`` lines a POSIX shell reads back exactly (``set -a; . FILE``, or ``eval``
+    of ``loraplane stack env``): a value with characters the shell would act on is quoted
+    (the database DSN's ``?sslmode=...&sslrootcert=...``: unquoted, ``&`` ran the assignment
+    in the background and the DSN never reached the environment)."""
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The values of a file :func:`write_env_file` wrote (unquoted as the shell does)."""
+    values: dict[str, str] = {}
+    for word in shlex.split(path.read_text(), comments=True):  # one word per assignment
+        key, eq, value = word.partition("=")
+        if eq:
+            values[key] = value
+    return values
+
+
+def write_env_file(path: Path, values: Mapping[str, str]) -> None:
+    """Write ``values`` as :func:`shell_assignments` (atomically: a reader never sees half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    tmp.write_text(shell_assignments(values))
     tmp.replace(path)
 
 

@@ -26,7 +26,12 @@ import pytest
 from loraplane.stack.components import port_in_use
 from loraplane.stack.services import existing_services
 from loraplane.stack.settings import PORT_OFFSETS, StackSettings
-from loraplane.stack.supervisor import ServiceProcess, service_env, service_processes
+from loraplane.stack.supervisor import (
+    ServiceProcess,
+    read_env_file,
+    service_env,
+    service_processes,
+)
 from loraplane.v1 import inference_pb2, inference_pb2_grpc
 from tests.support.ports import side_port_base
 
@@ -184,8 +189,7 @@ def test_run_status_and_ctrl_c_leave_nothing_behind(tmp_path: Path) -> None:
         expected = 4 + len(procs)
         assert len(lines) == expected and all(line.startswith("ok") for line in lines), lines
 
-        values = dict(line.split("=", 1) for line in
-                      (tmp_path / "demo.env").read_text().splitlines() if "=" in line)
+        values = read_env_file(tmp_path / "demo.env")  # as a shell sourcing it reads it
         missing = [k for k in REQUIRED_ENV if not values.get(k)]
         assert not missing, f"demo.env lacks {missing}"
         assert Path(values["LORAPLANE_BASE_MODEL_DIR"]).is_dir()
