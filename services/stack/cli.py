@@ -10,6 +10,7 @@ import typer
 from loraplane.stack.certs import COMPOSE_IDENTITIES, write_compose_pki
 from loraplane.stack.settings import Profile, StackSettings
 from loraplane.stack.stack import Stack, StackError
+from loraplane.stack.supervisor import shell_assignments
 
 app = typer.Typer(help="Embedded local stack: Tansu (Kafka), SeaweedFS (S3), PostgreSQL, Prometheus.",
                   no_args_is_help=True)
@@ -69,8 +70,6 @@ def status(profile: str = ProfileOpt, as_json: bool = typer.Option(False, "--jso
 def env(profile: str = ProfileOpt) -> None:
     """Print the LORAPLANE_* variables that point clients at this stack, quoted for a
     shell (``eval "$(loraplane stack env)"``)."""
-    from loraplane.stack.supervisor import shell_assignments
-
     typer.echo(shell_assignments(_stack(profile).settings.client_env()), nl=False)
 
 
